@@ -1,0 +1,55 @@
+package jetbus
+
+import "errors"
+
+// Sentinel errors. Implementations wrap them with detail; compare with errors.Is.
+var (
+	// ErrInvalidTopic is returned by Publish, Subscribe and topic management for a name that
+	// ValidateTopic refuses.
+	ErrInvalidTopic = errors.New("jetbus: invalid topic name")
+	// ErrInvalidGroup is returned by Subscribe, Ack, Nack and the cursor calls for a group name
+	// that ValidateGroup refuses.
+	ErrInvalidGroup = errors.New("jetbus: invalid group name")
+	// ErrInvalidHeader is returned by Publish for a custom header whose name is not
+	// "x-[a-z0-9-]+" or that is mapped to an Event field.
+	ErrInvalidHeader = errors.New("jetbus: invalid header")
+	// ErrInvalidPayload is returned by Publish when the payload does not marshal to JSON, or
+	// is a json.RawMessage that is not valid JSON.
+	ErrInvalidPayload = errors.New("jetbus: payload is not valid JSON")
+	// ErrMessageTooLarge is returned by Publish when the message would exceed the server's
+	// maximum payload. Nothing is published.
+	ErrMessageTooLarge = errors.New("jetbus: message exceeds the server's max payload")
+	// ErrTopicNotFound is returned by Publish, Subscribe and the cursor calls when the topic
+	// has no stream. Create topics with the implementation's EnsureTopic.
+	ErrTopicNotFound = errors.New("jetbus: topic not found")
+	// ErrInvalidOption is returned for an option value out of range.
+	ErrInvalidOption = errors.New("jetbus: invalid option")
+	// ErrUnknownEvent is returned by Ack and Nack when no delivery of that event is pending
+	// for the group in this process (already acknowledged, timed out, or never delivered).
+	ErrUnknownEvent = errors.New("jetbus: no pending delivery for this event")
+	// ErrEventNotFound is returned when a position names an event ID the topic does not hold.
+	ErrEventNotFound = errors.New("jetbus: event not found")
+	// ErrClosed is returned by calls on a closed Bus or a stopped Subscription.
+	ErrClosed = errors.New("jetbus: closed")
+)
+
+// permanentError marks an error that must not be retried.
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return "permanent: " + p.err.Error() }
+func (p *permanentError) Unwrap() error { return p.err }
+
+// Permanent wraps err so that the Bus does not retry the event: it goes to the dead-letter
+// step at once. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was made by Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

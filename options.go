@@ -1,0 +1,280 @@
+package jetbus
+
+import (
+	"fmt"
+	"maps"
+	"time"
+)
+
+// PublishOption configures one Publish.
+type PublishOption func(*PublishOptions) error
+
+// PublishOptions is the result of applying PublishOptions. Implementations read it.
+type PublishOptions struct {
+	ID       string
+	TS       time.Time
+	Key      string
+	Headers  map[string]string
+	Tags     []string
+	CausedBy []string
+	SID      string
+}
+
+// ApplyPublishOptions applies opts in order and validates the result.
+func ApplyPublishOptions(opts ...PublishOption) (PublishOptions, error) {
+	var o PublishOptions
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	for name := range o.Headers {
+		if err := ValidateHeaderName(name); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// WithKey sets the event's key: it picks the partition and orders the events of the key.
+func WithKey(key string) PublishOption {
+	return func(o *PublishOptions) error { o.Key = key; return nil }
+}
+
+// WithID sets the event ID instead of a fresh UUIDv7. Publishing the same ID twice within the
+// topic's duplicate window stores the event once.
+func WithID(id string) PublishOption {
+	return func(o *PublishOptions) error {
+		if id == "" {
+			return fmt.Errorf("%w: empty event ID", ErrInvalidOption)
+		}
+		o.ID = id
+		return nil
+	}
+}
+
+// WithTS sets the event time instead of now.
+func WithTS(ts time.Time) PublishOption {
+	return func(o *PublishOptions) error { o.TS = ts; return nil }
+}
+
+// WithHeaders adds custom headers; names must match "x-[a-z0-9-]+" (ErrInvalidHeader).
+func WithHeaders(h map[string]string) PublishOption {
+	return func(o *PublishOptions) error {
+		if o.Headers == nil {
+			o.Headers = make(map[string]string, len(h))
+		}
+		maps.Copy(o.Headers, h)
+		return nil
+	}
+}
+
+// WithTags adds tags to the event.
+func WithTags(tags ...string) PublishOption {
+	return func(o *PublishOptions) error {
+		for _, t := range tags {
+			if t == "" || containsAny(t, ",\r\n") {
+				return fmt.Errorf("%w: tag %q is empty or holds a comma or newline", ErrInvalidOption, t)
+			}
+		}
+		o.Tags = append(o.Tags, tags...)
+		return nil
+	}
+}
+
+// WithCausedBy links the event to the events that caused it.
+func WithCausedBy(ids ...string) PublishOption {
+	return func(o *PublishOptions) error {
+		for _, id := range ids {
+			if id == "" || containsAny(id, ",\r\n") {
+				return fmt.Errorf("%w: caused-by ID %q is empty or holds a comma or newline", ErrInvalidOption, id)
+			}
+		}
+		o.CausedBy = append(o.CausedBy, ids...)
+		return nil
+	}
+}
+
+// WithSID sets the producer's session ID.
+func WithSID(sid string) PublishOption {
+	return func(o *PublishOptions) error { o.SID = sid; return nil }
+}
+
+func containsAny(s, chars string) bool {
+	for _, c := range s {
+		for _, d := range chars {
+			if c == d {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Subscription defaults.
+const (
+	DefaultBatchSize   = 100
+	DefaultMaxInFlight = 1000
+	DefaultAckTimeout  = 30 * time.Second
+	DefaultMaxAttempts = 5
+)
+
+// BackoffFunc returns the delay before delivery attempt+1 after attempt failed (attempt ≥ 1).
+type BackoffFunc func(attempt int) time.Duration
+
+// ExponentialBackoff doubles from base up to max: base, 2·base, 4·base, … ≤ max.
+func ExponentialBackoff(base, max time.Duration) BackoffFunc {
+	return func(attempt int) time.Duration {
+		d := base
+		for i := 1; i < attempt && d < max; i++ {
+			d *= 2
+		}
+		return min(d, max)
+	}
+}
+
+// DefaultBackoff is the backoff when none is set: 1s doubling up to 30s.
+var DefaultBackoff = ExponentialBackoff(time.Second, 30*time.Second)
+
+// SubscribeOption configures a subscription.
+type SubscribeOption func(*SubscribeOptions) error
+
+// SubscribeOptions is the result of applying SubscribeOptions. Implementations read it.
+type SubscribeOptions struct {
+	From        Position
+	BatchSize   int
+	MaxInFlight int
+	AckTimeout  time.Duration
+	MaxAttempts int
+	Backoff     BackoffFunc
+	Filter      func(*Event) bool
+	ManualAck   bool
+	// FanIn lists more topics consumed by the same handler and group.
+	FanIn []string
+	// Middlewares wrap the handler of this subscription, inside the Bus's own.
+	Middlewares []HandlerMiddleware
+}
+
+// ApplySubscribeOptions applies opts over the defaults and validates the result.
+func ApplySubscribeOptions(opts ...SubscribeOption) (SubscribeOptions, error) {
+	o := SubscribeOptions{
+		From:        Latest(),
+		BatchSize:   DefaultBatchSize,
+		MaxInFlight: DefaultMaxInFlight,
+		AckTimeout:  DefaultAckTimeout,
+		MaxAttempts: DefaultMaxAttempts,
+		Backoff:     DefaultBackoff,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	for _, t := range o.FanIn {
+		if err := ValidateTopic(t); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// From sets where a group that has no position yet starts. A group that exists keeps its
+// position; move it with Bus.SetCursor. The default is Latest().
+func From(p Position) SubscribeOption {
+	return func(o *SubscribeOptions) error {
+		if p.Kind == PositionAfterID && p.ID == "" {
+			return fmt.Errorf("%w: empty event ID", ErrInvalidOption)
+		}
+		o.From = p
+		return nil
+	}
+}
+
+// FromEarliest starts a new group at the start of the topic.
+func FromEarliest() SubscribeOption { return From(Earliest()) }
+
+// FromLatest starts a new group at the end of the topic (the default).
+func FromLatest() SubscribeOption { return From(Latest()) }
+
+// FromTime starts a new group at the first event stored at or after t.
+func FromTime(t time.Time) SubscribeOption { return From(AtTime(t)) }
+
+// AfterID starts a new group after the event with the given ID.
+func AfterID(id string) SubscribeOption { return From(AfterEvent(id)) }
+
+// AfterSeq starts a new group after the given stream sequence.
+func AfterSeq(seq uint64) SubscribeOption { return From(AfterSequence(seq)) }
+
+func positive(name string, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidOption, name, n)
+	}
+	return nil
+}
+
+// BatchSize sets how many events one pull asks for (default 100).
+func BatchSize(n int) SubscribeOption {
+	return func(o *SubscribeOptions) error { o.BatchSize = n; return positive("BatchSize", n) }
+}
+
+// MaxInFlight bounds the events delivered and not yet acknowledged, per partition consumer
+// (default 1000).
+func MaxInFlight(n int) SubscribeOption {
+	return func(o *SubscribeOptions) error { o.MaxInFlight = n; return positive("MaxInFlight", n) }
+}
+
+// AckTimeout is how long a delivery may stay unacknowledged before the server delivers it
+// again (default 30s). A handler that runs longer than this sees its event twice.
+func AckTimeout(d time.Duration) SubscribeOption {
+	return func(o *SubscribeOptions) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: AckTimeout must be at least 1ms, got %s", ErrInvalidOption, d)
+		}
+		o.AckTimeout = d
+		return nil
+	}
+}
+
+// MaxAttempts bounds deliveries of one event (default 5); then it is dead-lettered.
+func MaxAttempts(n int) SubscribeOption {
+	return func(o *SubscribeOptions) error { o.MaxAttempts = n; return positive("MaxAttempts", n) }
+}
+
+// Backoff sets the delay before redelivering a failed event (default DefaultBackoff).
+func Backoff(f BackoffFunc) SubscribeOption {
+	return func(o *SubscribeOptions) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil Backoff", ErrInvalidOption)
+		}
+		o.Backoff = f
+		return nil
+	}
+}
+
+// Filter skips events for which f returns false: they are acknowledged without calling the
+// handler.
+func Filter(f func(*Event) bool) SubscribeOption {
+	return func(o *SubscribeOptions) error { o.Filter = f; return nil }
+}
+
+// ManualAck leaves acknowledgement to Bus.Ack and Bus.Nack: a handler returning nil does not
+// acknowledge. A handler error still retries or dead-letters as usual.
+func ManualAck() SubscribeOption {
+	return func(o *SubscribeOptions) error { o.ManualAck = true; return nil }
+}
+
+// FanIn also consumes the given topics, with the same group and handler.
+func FanIn(topics ...string) SubscribeOption {
+	return func(o *SubscribeOptions) error { o.FanIn = append(o.FanIn, topics...); return nil }
+}
+
+// Use wraps this subscription's handler with middlewares (the first is the outermost).
+func Use(mws ...HandlerMiddleware) SubscribeOption {
+	return func(o *SubscribeOptions) error { o.Middlewares = append(o.Middlewares, mws...); return nil }
+}

@@ -1,0 +1,32 @@
+package jetbus
+
+// Header names used on the wire. Every client, in any language, reads and writes these.
+const (
+	HeaderMsgID         = "Nats-Msg-Id"
+	HeaderKey           = "x-key"
+	HeaderTS            = "x-ts" // Unix milliseconds, decimal
+	HeaderSID           = "x-sid"
+	HeaderCausedBy      = "x-caused-by" // comma-separated event IDs
+	HeaderTags          = "x-tags"      // comma-separated
+	HeaderSchemaVersion = "x-schema-version"
+	HeaderContentType   = "content-type"
+
+	// ContentTypeJSON is the content type of every jetbus event body.
+	ContentTypeJSON = "application/json"
+)
+
+// Stream metadata keys set on every topic's stream, readable with a stream-info request.
+const (
+	MetaPartitions = "jetbus.partitions"
+	MetaTopic      = "jetbus.topic"
+	MetaVersion    = "jetbus.version"
+)
+
+// mappedHeaders are the headers that become Event fields instead of Event.Headers.
+var mappedHeaders = map[string]bool{
+	HeaderKey: true, HeaderTS: true, HeaderSID: true, HeaderCausedBy: true, HeaderTags: true,
+}
+
+// IsMappedHeader reports whether name is one of the headers jetbus maps to an Event field
+// (x-key, x-ts, x-sid, x-caused-by, x-tags). Such headers cannot be set through WithHeaders.
+func IsMappedHeader(name string) bool { return mappedHeaders[name] }
