@@ -1,0 +1,457 @@
+package minimongo
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"sort"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// event is one entry of the oplog from which change streams are served.
+type event struct {
+	ts        bson.Timestamp
+	wall      time.Time
+	op        string // insert update replace delete drop dropDatabase
+	db, coll  string
+	docKey    bson.D
+	fullDoc   bson.D // inserted/replacement document, or post-image of an update
+	preImage  bson.D
+	updDesc   bson.D
+	images    bool // the collection records pre- and post-images
+	lsid      bson.D
+	txnNumber *int64
+}
+
+// Resume token kinds, ordered after the cluster time in the token.
+const (
+	tokEvent      = 0
+	tokInvalidate = 1
+	tokHighWater  = 2
+)
+
+// appendEvent records an event with a new cluster time and wakes waiting
+// change streams.
+func (st *storage) appendEvent(ev *event) {
+	ev.ts = st.nextTS()
+	ev.wall = time.Now()
+	st.oplog = append(st.oplog, ev)
+	if max := st.s.opts.OplogSize; len(st.oplog) > max {
+		drop := len(st.oplog) - max
+		st.lostTS = st.oplog[drop-1].ts
+		for i := 0; i < drop; i++ {
+			st.oplog[i] = nil
+		}
+		st.oplog = st.oplog[drop:]
+		if cap(st.oplog) > 4*max+1024 {
+			st.oplog = append([]*event(nil), st.oplog...)
+		}
+	}
+	close(st.notify)
+	st.notify = make(chan struct{})
+}
+
+func makeToken(ts bson.Timestamp, kind byte) bson.D {
+	var b [10]byte
+	b[0] = 0x82
+	binary.BigEndian.PutUint32(b[1:], ts.T)
+	binary.BigEndian.PutUint32(b[5:], ts.I)
+	b[9] = kind
+	return bson.D{{Key: "_data", Value: strings.ToUpper(hex.EncodeToString(b[:]))}}
+}
+
+func parseToken(v any) (bson.Timestamp, byte, error) {
+	d, ok := v.(bson.D)
+	bad := newErr(codeInvalidResumeToken, "Invalid resume token: %s", formatValue(v))
+	if !ok {
+		return bson.Timestamp{}, 0, bad
+	}
+	data, _ := lookupField(d, "_data")
+	s, ok := data.(string)
+	if !ok {
+		return bson.Timestamp{}, 0, bad
+	}
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 10 || b[0] != 0x82 {
+		return bson.Timestamp{}, 0, bad
+	}
+	return bson.Timestamp{T: binary.BigEndian.Uint32(b[1:]), I: binary.BigEndian.Uint32(b[5:])}, b[9], nil
+}
+
+func tsLess(a, b bson.Timestamp) bool { return a.T < b.T || (a.T == b.T && a.I < b.I) }
+
+// changeStream is the state of a change stream cursor.
+type changeStream struct {
+	db, coll     string // coll "" watches a database; db "" the whole deployment
+	after        bson.Timestamp
+	inclusive    bool // deliver the event at exactly after (startAtOperationTime)
+	fullDoc      string
+	fullDocPre   string
+	stages       []*stage
+	invalidated  bool
+	pendingInval *bson.D
+	done         bool
+}
+
+func (cs *changeStream) watches(ev *event) bool {
+	switch {
+	case cs.db == "":
+		return ev.db != "admin" && ev.db != "config" && ev.db != "local"
+	case cs.coll == "":
+		return ev.db == cs.db
+	}
+	return ev.db == cs.db && ev.coll == cs.coll
+}
+
+// invalidates reports whether ev ends the stream.
+func (cs *changeStream) invalidates(ev *event) bool {
+	switch {
+	case cs.db == "":
+		return false
+	case cs.coll == "":
+		return ev.op == "dropDatabase" && ev.db == cs.db
+	}
+	return ev.op == "drop" && ev.db == cs.db && ev.coll == cs.coll
+}
+
+var streamStages = map[string]bool{
+	"$match": true, "$project": true, "$addFields": true, "$set": true, "$unset": true,
+	"$replaceRoot": true, "$replaceWith": true,
+}
+
+// openChangeStream handles an aggregate whose first stage is $changeStream.
+func (r *request) openChangeStream(collName string, spec any, rest bson.A) (bson.D, error) {
+	if r.tx != nil {
+		return nil, newErr(codeOperationNotSupportedInTx, "Cannot run aggregate with $changeStream in a multi-document transaction.")
+	}
+	opts, ok := spec.(bson.D)
+	if !ok {
+		return nil, newErr(50808, "$changeStream stage expects a document as argument")
+	}
+	cs := &changeStream{db: r.db, coll: collName, fullDoc: "default", fullDocPre: "off"}
+	var resume, startAfter any
+	var startAt *bson.Timestamp
+	allCluster := false
+	for _, e := range opts {
+		switch e.Key {
+		case "fullDocument":
+			s, _ := e.Value.(string)
+			switch s {
+			case "default", "updateLookup", "whenAvailable", "required":
+				cs.fullDoc = s
+			default:
+				return nil, errBadValue("'" + formatValue(e.Value) + "' is not a valid value for $changeStream.fullDocument")
+			}
+		case "fullDocumentBeforeChange":
+			s, _ := e.Value.(string)
+			switch s {
+			case "off", "whenAvailable", "required":
+				cs.fullDocPre = s
+			default:
+				return nil, errBadValue("'" + formatValue(e.Value) + "' is not a valid value for $changeStream.fullDocumentBeforeChange")
+			}
+		case "resumeAfter":
+			resume = e.Value
+		case "startAfter":
+			startAfter = e.Value
+		case "startAtOperationTime":
+			ts, ok := e.Value.(bson.Timestamp)
+			if !ok {
+				return nil, newErr(codeTypeMismatch, "BSON field '$changeStream.startAtOperationTime' is the wrong type '%s', expected type 'timestamp'", typeName(e.Value))
+			}
+			startAt = &ts
+		case "allChangesForCluster":
+			allCluster = truthy(e.Value)
+		case "showExpandedEvents":
+			if truthy(e.Value) {
+				return nil, errUnsupported("$changeStream option showExpandedEvents")
+			}
+		default:
+			return nil, newErr(codeUnknownField, "BSON field '$changeStream.%s' is an unknown field.", e.Key)
+		}
+	}
+	n := 0
+	for _, x := range []bool{resume != nil, startAfter != nil, startAt != nil} {
+		if x {
+			n++
+		}
+	}
+	if n > 1 {
+		return nil, newErr(50865, "Only one type of resume option is allowed, but multiple were found.")
+	}
+	if allCluster {
+		if r.db != "admin" || collName != "" {
+			return nil, newErr(codeInvalidOptions, "$changeStream may not be opened on the internal admin database unless allChangesForCluster is set and the aggregate is run on the admin database with {aggregate: 1}")
+		}
+		cs.db = ""
+	} else if r.db == "admin" || r.db == "config" || r.db == "local" {
+		return nil, newErr(codeInvalidNamespace, "$changeStream may not be opened on the internal %s database", r.db)
+	}
+	cs.after = r.st.clusterTime()
+	switch {
+	case resume != nil || startAfter != nil:
+		tok := resume
+		if tok == nil {
+			tok = startAfter
+		}
+		ts, kind, err := parseToken(tok)
+		if err != nil {
+			return nil, err
+		}
+		if kind == tokInvalidate && resume != nil {
+			return nil, newErr(codeInvalidResumeToken, "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification.")
+		}
+		if r.st.lostTS.T != 0 && !tsLess(r.st.lostTS, ts) {
+			return nil, historyLost()
+		}
+		cs.after = ts
+	case startAt != nil:
+		if r.st.lostTS.T != 0 && !tsLess(r.st.lostTS, *startAt) {
+			return nil, historyLost()
+		}
+		cs.after, cs.inclusive = *startAt, true
+	}
+	for _, raw := range rest {
+		st, err := parseStage(raw)
+		if err != nil {
+			return nil, err
+		}
+		if !streamStages[st.name] {
+			return nil, newErr(codeIllegalOperation, "%s is not permitted in a $changeStream pipeline", st.name)
+		}
+		cs.stages = append(cs.stages, st)
+	}
+	ns := r.db + "." + collName
+	if collName == "" {
+		ns = r.db + ".$cmd.aggregate"
+	}
+	batch := batchSizeOf(r, "cursor")
+	docs, pbrt, err := r.st.collectEvents(cs, batch)
+	if err != nil {
+		return nil, err
+	}
+	id := r.st.newCursorID()
+	cur := &cursor{id: id, ns: ns, stream: cs, lastUsed: time.Now()}
+	if cs.done {
+		id = 0
+	} else {
+		r.st.cursors[id] = cur
+	}
+	return cursorDoc(id, ns, "firstBatch", docs, pbrt), nil
+}
+
+func historyLost() error {
+	return newErr(codeChangeStreamHistoryLost, "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
+}
+
+// streamGetMore returns the next events of a change stream, waiting up to
+// wait for new ones.
+func (r *request) streamGetMore(cur *cursor, batch int, wait time.Duration) (bson.D, error) {
+	st := r.st
+	cs := cur.stream
+	deadline := time.Now().Add(wait)
+	for {
+		docs, pbrt, err := st.collectEvents(cs, batch)
+		if err != nil {
+			delete(st.cursors, cur.id)
+			return nil, err
+		}
+		remaining := time.Until(deadline)
+		if len(docs) > 0 || cs.done || remaining <= 0 {
+			id := cur.id
+			if cs.done {
+				delete(st.cursors, cur.id)
+				id = 0
+			}
+			cur.lastUsed = time.Now()
+			return cursorDoc(id, cur.ns, "nextBatch", docs, pbrt), nil
+		}
+		ch := st.notify
+		cur.inUse = true
+		r.s.mu.Unlock()
+		t := time.NewTimer(remaining)
+		var closing bool
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-r.s.closing:
+			closing = true
+		}
+		t.Stop()
+		r.s.mu.Lock()
+		cur.inUse = false
+		if closing || r.s.closed {
+			return nil, newErr(codeInterruptedAtShutdown, "interrupted at shutdown")
+		}
+		if st.cursors[cur.id] != cur {
+			return nil, newErr(codeCursorNotFound, "cursor id %d not found", cur.id)
+		}
+	}
+}
+
+// collectEvents renders up to batch events after the stream's position.
+func (st *storage) collectEvents(cs *changeStream, batch int) ([]bson.D, bson.D, error) {
+	if st.lostTS.T != 0 && ((!cs.inclusive && tsLess(cs.after, st.lostTS)) || (cs.inclusive && !tsLess(st.lostTS, cs.after))) {
+		return nil, nil, historyLost()
+	}
+	var out []bson.D
+	if batch <= 0 {
+		batch = 1 << 30
+	}
+	if cs.pendingInval != nil {
+		tok := *cs.pendingInval
+		cs.pendingInval = nil
+		cs.done = true
+		return []bson.D{{{Key: "_id", Value: tok}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: cs.after}, {Key: "wallTime", Value: bson.NewDateTimeFromTime(time.Now())}}}, tok, nil
+	}
+	i := sort.Search(len(st.oplog), func(i int) bool {
+		ts := st.oplog[i].ts
+		if cs.inclusive {
+			return !tsLess(ts, cs.after)
+		}
+		return tsLess(cs.after, ts)
+	})
+	var lastTok bson.D
+	for ; i < len(st.oplog) && len(out) < batch; i++ {
+		ev := st.oplog[i]
+		cs.after, cs.inclusive = ev.ts, false
+		if !cs.watches(ev) {
+			continue
+		}
+		doc, err := st.renderEvent(cs, ev)
+		if err != nil {
+			return nil, nil, err
+		}
+		tok := makeToken(ev.ts, tokEvent)
+		docs, err := runStages([]bson.D{doc}, cs.stages)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, d := range docs {
+			if id, _ := lookupField(d, "_id"); !valuesEqual(id, tok) {
+				return nil, nil, newErr(280, "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.")
+			}
+			out = append(out, d)
+			lastTok = tok
+		}
+		if cs.invalidates(ev) {
+			inv := makeToken(ev.ts, tokInvalidate)
+			if len(out) < batch {
+				cs.done = true
+				out = append(out, bson.D{{Key: "_id", Value: inv}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: ev.ts}, {Key: "wallTime", Value: bson.NewDateTimeFromTime(ev.wall)}})
+				return out, inv, nil
+			}
+			cs.pendingInval = &inv
+			return out, lastTok, nil
+		}
+	}
+	if i >= len(st.oplog) {
+		hw := st.clusterTime()
+		if tsLess(cs.after, hw) && !cs.inclusive {
+			cs.after = hw
+		}
+		if cs.inclusive {
+			return out, makeToken(cs.after, tokHighWater), nil
+		}
+		return out, makeToken(hw, tokHighWater), nil
+	}
+	return out, lastTok, nil
+}
+
+func (st *storage) renderEvent(cs *changeStream, ev *event) (bson.D, error) {
+	d := bson.D{
+		{Key: "_id", Value: makeToken(ev.ts, tokEvent)},
+		{Key: "operationType", Value: ev.op},
+		{Key: "clusterTime", Value: ev.ts},
+		{Key: "wallTime", Value: bson.NewDateTimeFromTime(ev.wall)},
+	}
+	switch ev.op {
+	case "insert", "replace":
+		d = append(d, bson.E{Key: "fullDocument", Value: ev.fullDoc})
+	case "update":
+		switch cs.fullDoc {
+		case "updateLookup":
+			var cur any
+			if c := st.getColl(ev.db, ev.coll); c != nil {
+				id, _ := lookupField(ev.docKey, "_id")
+				if doc := (view{st: st}).get(c, idKey(id)); doc != nil {
+					cur = doc
+				}
+			}
+			d = append(d, bson.E{Key: "fullDocument", Value: cur})
+		case "whenAvailable", "required":
+			if ev.images {
+				d = append(d, bson.E{Key: "fullDocument", Value: ev.fullDoc})
+			} else if cs.fullDoc == "required" {
+				return nil, newErr(codeNoMatchingDocument, "Change stream was configured to require a post-image for all update, delete and replace events, but the post-image was not found for event: %s", formatValue(ev.docKey))
+			} else {
+				d = append(d, bson.E{Key: "fullDocument", Value: nil})
+			}
+		}
+	}
+	switch ev.op {
+	case "drop":
+		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}, {Key: "coll", Value: ev.coll}}})
+	case "dropDatabase":
+		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}}})
+	default:
+		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}, {Key: "coll", Value: ev.coll}}})
+		d = append(d, bson.E{Key: "documentKey", Value: ev.docKey})
+	}
+	if ev.op == "update" {
+		d = append(d, bson.E{Key: "updateDescription", Value: ev.updDesc})
+	}
+	if cs.fullDocPre != "off" && (ev.op == "update" || ev.op == "replace" || ev.op == "delete") {
+		if ev.images {
+			d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: ev.preImage})
+		} else if cs.fullDocPre == "required" {
+			return nil, newErr(codeNoMatchingDocument, "Change stream was configured to require a pre-image for all update, delete and replace events, but the pre-image was not found for event: %s", formatValue(ev.docKey))
+		} else {
+			d = append(d, bson.E{Key: "fullDocumentBeforeChange", Value: nil})
+		}
+	}
+	if ev.txnNumber != nil {
+		d = append(d, bson.E{Key: "lsid", Value: ev.lsid}, bson.E{Key: "txnNumber", Value: *ev.txnNumber})
+	}
+	return d, nil
+}
+
+// updateDescription describes the difference between two versions of a
+// document the way change streams report updates.
+func updateDescription(old, new bson.D) bson.D {
+	upd := bson.D{}
+	removed := bson.A{}
+	var diff func(prefix string, o, n bson.D)
+	diff = func(prefix string, o, n bson.D) {
+		for _, e := range n {
+			path := prefix + e.Key
+			ov, ok := lookupField(o, e.Key)
+			switch {
+			case !ok:
+				upd = append(upd, bson.E{Key: path, Value: e.Value})
+			case sameValue(ov, e.Value):
+			default:
+				od, ok1 := ov.(bson.D)
+				nd, ok2 := e.Value.(bson.D)
+				if ok1 && ok2 {
+					diff(path+".", od, nd)
+				} else {
+					upd = append(upd, bson.E{Key: path, Value: e.Value})
+				}
+			}
+		}
+		for _, e := range o {
+			if _, ok := lookupField(n, e.Key); !ok {
+				removed = append(removed, prefix+e.Key)
+			}
+		}
+	}
+	diff("", old, new)
+	return bson.D{{Key: "updatedFields", Value: upd}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
+}
+
+func sameValue(a, b any) bool {
+	return typeName(a) == typeName(b) && keyString(a) == keyString(b)
+}

@@ -1,0 +1,207 @@
+package minimongo
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Options configures a Server. The zero value is usable.
+type Options struct {
+	// Addr is the TCP address to listen on; default "127.0.0.1:0".
+	Addr string
+	// ReplicaSet is the replica set name reported by hello; default "rs0".
+	ReplicaSet string
+	// OplogSize is the number of change events retained for change streams;
+	// default 10000. Resuming from a point older than the retained window
+	// fails with ChangeStreamHistoryLost.
+	OplogSize int
+	// CursorTimeout is how long an idle cursor survives; default 10 minutes.
+	CursorTimeout time.Duration
+	// TTLInterval is how often TTL indexes are swept; default 1 second
+	// (MongoDB uses 60 seconds).
+	TTLInterval time.Duration
+	// TransactionLifetime bounds how long a transaction may stay open
+	// before it is aborted; default 60 seconds.
+	TransactionLifetime time.Duration
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is an in-process server speaking the MongoDB wire protocol.
+type Server struct {
+	opts      Options
+	log       *slog.Logger
+	ln        net.Listener
+	addr      string
+	processID bson.ObjectID
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	closed  bool
+	closing chan struct{}
+	wg      sync.WaitGroup
+	conns   map[net.Conn]struct{}
+	connID  int32
+
+	st *storage
+}
+
+// Start starts a server listening on loopback.
+func Start(opts Options) (*Server, error) {
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	if opts.ReplicaSet == "" {
+		opts.ReplicaSet = "rs0"
+	}
+	if opts.OplogSize <= 0 {
+		opts.OplogSize = 10000
+	}
+	if opts.CursorTimeout <= 0 {
+		opts.CursorTimeout = 10 * time.Minute
+	}
+	if opts.TTLInterval <= 0 {
+		opts.TTLInterval = time.Second
+	}
+	if opts.TransactionLifetime <= 0 {
+		opts.TransactionLifetime = 60 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts:      opts,
+		log:       log,
+		ln:        ln,
+		addr:      ln.Addr().String(),
+		processID: bson.NewObjectID(),
+		closing:   make(chan struct{}),
+		conns:     map[net.Conn]struct{}{},
+	}
+	s.cond = sync.NewCond(&s.mu)
+	s.st = newStorage(s)
+	s.wg.Add(2)
+	go s.acceptLoop()
+	go s.sweepLoop()
+	return s, nil
+}
+
+// Addr returns the host:port the server listens on.
+func (s *Server) Addr() string { return s.addr }
+
+// URI returns a connection string that makes the official driver treat the
+// server as the primary of a one-member replica set.
+func (s *Server) URI() string {
+	return fmt.Sprintf("mongodb://%s/?replicaSet=%s&directConnection=true", s.addr, s.opts.ReplicaSet)
+}
+
+// Close stops the server, closes every connection and waits for all of its
+// goroutines to finish.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	err := s.ln.Close()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		s.connID++
+		id := s.connID
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c, id)
+	}
+}
+
+// sweepLoop expires TTL documents, idle cursors and stale transactions.
+func (s *Server) sweepLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.TTLInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			s.st.sweep(time.Now())
+			s.mu.Unlock()
+		}
+	}
+}
+
+type conn struct {
+	id  int32
+	raw net.Conn
+}
+
+func (s *Server) serveConn(c net.Conn, id int32) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		_ = c.Close()
+	}()
+	cc := &conn{id: id, raw: c}
+	r := bufio.NewReader(c)
+	var reqID int32
+	for {
+		m, err := readMessage(r)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Debug("minimongo: connection closed", "conn", id, "err", err)
+			}
+			return
+		}
+		reply := s.handle(cc, m)
+		if m.flags&flagMoreToCome != 0 {
+			continue // the client does not expect an answer
+		}
+		raw, err := bson.Marshal(reply)
+		if err != nil {
+			raw, _ = bson.Marshal(errorReply(err))
+		}
+		reqID++
+		if _, err := c.Write(encodeReply(reqID, m, raw)); err != nil {
+			return
+		}
+	}
+}
