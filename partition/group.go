@@ -1,0 +1,178 @@
+package partition
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+)
+
+// Bucket names and key layout (see the package doc).
+const (
+	// groupBucketPrefix + group is the bucket of a group's members and leases.
+	groupBucketPrefix = "jetbus_group_"
+	// AssignmentsBucket holds the current assignment of every (group, topic).
+	AssignmentsBucket = "jetbus_assignments"
+)
+
+// GroupBucket returns the name of the KV bucket holding group's members and leases.
+func GroupBucket(group string) string { return groupBucketPrefix + group }
+
+// MemberKey returns the key of a member of (topic, group) in the group's bucket:
+// "m.<topic>.<member>".
+func MemberKey(topic, member string) string { return "m." + topic + "." + member }
+
+// LeaseKey returns the key of a partition's lease in the group's bucket: "l.<topic>.p<n>".
+func LeaseKey(topic string, p int) string { return "l." + topic + ".p" + strconv.Itoa(p) }
+
+// AssignmentKey returns the key of (topic, group)'s assignment in AssignmentsBucket:
+// "<group>.<topic>".
+func AssignmentKey(topic, group string) string { return group + "." + topic }
+
+// Group is a handle on the KV state of one (topic, group): membership, leases and the stored
+// assignment. It is safe for concurrent use.
+type Group struct {
+	js      natsjs.JetStream
+	cfg     Config
+	kv      natsjs.KeyValue // members and leases; MaxAge = TTL
+	assign  natsjs.KeyValue // assignments; no expiry
+	stream  natsjs.Stream   // the group bucket's stream, for raw reads of lease markers
+	timeout Timeouts
+}
+
+// OpenGroup creates (or opens) the buckets of cfg's group and returns a handle on them. The
+// group bucket is created with MaxAge = cfg.TTL and limit markers, so every watcher sees a
+// silent member or an unrenewed lease expire; it fails with ErrTTLMismatch when the bucket
+// exists with another TTL. Options: see Config.
+func OpenGroup(ctx context.Context, js natsjs.JetStream, cfg Config) (*Group, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	markerTTL := max(cfg.TTL, time.Second)
+	kv, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
+		Bucket:         GroupBucket(cfg.Group),
+		Description:    "jetbus members and partition leases of group " + cfg.Group,
+		History:        1,
+		TTL:            cfg.TTL,
+		LimitMarkerTTL: markerTTL,
+		Replicas:       cfg.Replicas,
+	})
+	if errors.Is(err, natsjs.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, GroupBucket(cfg.Group))
+		if err == nil {
+			var st natsjs.KeyValueStatus
+			if st, err = kv.Status(ctx); err == nil && st.TTL() != cfg.TTL {
+				err = fmt.Errorf("%w: bucket %s has TTL %s, this member %s", ErrTTLMismatch, GroupBucket(cfg.Group), st.TTL(), cfg.TTL)
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partition: group bucket %s: %w", GroupBucket(cfg.Group), err)
+	}
+	akv, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
+		Bucket:      AssignmentsBucket,
+		Description: "jetbus partition assignments, one key per group and topic",
+		History:     1,
+		Replicas:    cfg.Replicas,
+	})
+	if errors.Is(err, natsjs.ErrBucketExists) {
+		akv, err = js.KeyValue(ctx, AssignmentsBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partition: bucket %s: %w", AssignmentsBucket, err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+GroupBucket(cfg.Group))
+	if err != nil {
+		return nil, fmt.Errorf("partition: group bucket stream: %w", err)
+	}
+	return &Group{js: js, cfg: cfg, kv: kv, assign: akv, stream: stream, timeout: cfg.Timeouts()}, nil
+}
+
+// Config returns the group's configuration with defaults filled in (MemberID, TTL, …).
+func (g *Group) Config() Config { return g.cfg }
+
+// StoredAssignment is the assignment of a (topic, group) as kept in AssignmentsBucket.
+type StoredAssignment struct {
+	// Members are the member IDs the assignment was computed for, sorted.
+	Members []string `json:"members"`
+	// Owners[p] is the member owning partition p.
+	Owners []string `json:"owners"`
+	// Revision is the KV revision of the assignment (0: none stored yet).
+	Revision uint64 `json:"-"`
+}
+
+func (a *StoredAssignment) matches(members []string, n int) bool {
+	return a != nil && len(a.Owners) == n && slices.Equal(a.Members, members)
+}
+
+// Assignment reads the stored assignment; a missing one is returned as a zero
+// StoredAssignment.
+func (g *Group) Assignment(ctx context.Context) (*StoredAssignment, error) {
+	e, err := g.assign.Get(ctx, AssignmentKey(g.cfg.Topic, g.cfg.Group))
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return &StoredAssignment{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("partition: read assignment: %w", err)
+	}
+	return decodeAssignment(e)
+}
+
+func decodeAssignment(e natsjs.KeyValueEntry) (*StoredAssignment, error) {
+	a := &StoredAssignment{Revision: e.Revision()}
+	if e.Operation() != natsjs.KeyValuePut {
+		return a, nil
+	}
+	if err := json.Unmarshal(e.Value(), a); err != nil {
+		return nil, fmt.Errorf("partition: decode assignment %s: %w", e.Key(), err)
+	}
+	return a, nil
+}
+
+// Advance stores Rebalance(prev.Owners, members, n) unless prev already matches, with a
+// compare-and-set on prev.Revision. It returns the stored assignment, or
+// natsjs.ErrKeyRevisionMismatch (or natsjs.ErrKeyExists) when another member stored one first:
+// read it again and retry.
+func (g *Group) Advance(ctx context.Context, prev *StoredAssignment, members []string, n int) (*StoredAssignment, error) {
+	ms := slices.Clone(members)
+	slices.Sort(ms)
+	ms = slices.Compact(ms)
+	if prev.matches(ms, n) {
+		return prev, nil
+	}
+	next := &StoredAssignment{Members: ms, Owners: Rebalance(prev.Owners, ms, n)}
+	b, err := json.Marshal(next)
+	if err != nil {
+		return nil, err
+	}
+	key := AssignmentKey(g.cfg.Topic, g.cfg.Group)
+	if prev.Revision == 0 {
+		next.Revision, err = g.assign.Create(ctx, key, b)
+	} else {
+		next.Revision, err = g.assign.Update(ctx, key, b, prev.Revision)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// watchAssignment watches the stored assignment of (topic, group).
+func (g *Group) watchAssignment(ctx context.Context) (natsjs.KeyWatcher, error) {
+	return g.assign.Watch(ctx, AssignmentKey(g.cfg.Topic, g.cfg.Group))
+}
+
+func validTopicGroup(topic, group string) error {
+	if err := jetbus.ValidateTopic(topic); err != nil {
+		return err
+	}
+	return jetbus.ValidateGroup(group)
+}

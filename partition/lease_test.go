@@ -1,0 +1,113 @@
+package partition_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetbus/jetbus/embeddedtest"
+	"github.com/jetbus/jetbus/partition"
+)
+
+func TestLeaseLifecycle(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	ctx := t.Context()
+	const ttl = time.Second
+	open := func(id string) *partition.Group {
+		g, err := partition.OpenGroup(ctx, jetStream(t, s.ClientURL()), partition.Config{Topic: "orders", Group: "g", MemberID: id, TTL: ttl})
+		require.NoError(t, err)
+		return g
+	}
+	a, b := open("a"), open("b")
+
+	st, err := a.WaitFree(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseFree, st, "never taken")
+
+	la, err := a.TryAcquire(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseFree, la.Previous)
+	_, err = b.TryAcquire(ctx, 3)
+	require.ErrorIs(t, err, partition.ErrLeaseHeld)
+	info, err := b.ReadLease(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseHeld, info.State)
+	assert.Equal(t, "a", info.Owner)
+
+	rev := la.Revision()
+	require.NoError(t, la.Renew(ctx))
+	assert.Greater(t, la.Revision(), rev)
+
+	// Graceful handoff: b waits on the key and sees the release.
+	freed := make(chan partition.LeaseState, 1)
+	go func() {
+		st, err := b.WaitFree(ctx, 3)
+		assert.NoError(t, err)
+		freed <- st
+	}()
+	require.NoError(t, la.Release(ctx))
+	select {
+	case st := <-freed:
+		assert.Equal(t, partition.LeaseReleased, st)
+	case <-time.After(2 * time.Second):
+		t.Fatal("release not seen")
+	}
+	require.ErrorIs(t, la.Renew(ctx), partition.ErrLeaseLost, "renew after release")
+
+	lb, err := b.TryAcquire(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseReleased, lb.Previous)
+
+	// b stops renewing: its lease expires, a sees the expiry and takes over.
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, ttl+3*time.Second)
+	defer cancel()
+	st, err = a.WaitFree(wctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseExpired, st)
+	t.Logf("unrenewed lease expired after %s (TTL %s)", time.Since(start), ttl)
+	la2, err := a.TryAcquire(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseExpired, la2.Previous)
+
+	// The old owner's renewal now fails: it must stop.
+	require.ErrorIs(t, lb.Renew(ctx), partition.ErrLeaseLost)
+	require.NoError(t, lb.Release(ctx), "release of a lost lease is a no-op")
+	info, err = b.ReadLease(ctx, 3)
+	require.NoError(t, err)
+	assert.Equal(t, "a", info.Owner, "a stale release must not delete the new owner's lease")
+
+	_, err = a.TryAcquire(ctx, -1)
+	assert.ErrorIs(t, err, partition.ErrInvalidConfig)
+}
+
+func TestLeaseRace(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	ctx := t.Context()
+	const members = 5
+	groups := make([]*partition.Group, members)
+	for i := range groups {
+		g, err := partition.OpenGroup(ctx, jetStream(t, s.ClientURL()), partition.Config{Topic: "orders", Group: "g", MemberID: string(rune('a' + i)), TTL: time.Second})
+		require.NoError(t, err)
+		groups[i] = g
+	}
+	for p := range 20 {
+		won := make(chan bool, members)
+		for _, g := range groups {
+			go func() {
+				_, err := g.TryAcquire(ctx, p)
+				won <- err == nil
+			}()
+		}
+		n := 0
+		for range members {
+			if <-won {
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "partition %d: %d members acquired the lease at once", p, n)
+	}
+}
