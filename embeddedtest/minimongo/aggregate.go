@@ -30,6 +30,9 @@ func parseSort(d bson.D) ([]sortKey, error) {
 	return keys, nil
 }
 
+// emptyArray sorts an empty array before null, as MongoDB does.
+type emptyArray struct{}
+
 // sortValue returns the value a document sorts by: the smallest (ascending)
 // or largest (descending) element for array values.
 func sortValue(doc bson.D, path string, desc bool) any {
@@ -48,7 +51,7 @@ func sortValue(doc bson.D, path string, desc bool) any {
 	for _, v := range traverse(doc, path) {
 		if a, ok := v.(bson.A); ok {
 			if len(a) == 0 {
-				consider(bson.MinKey{})
+				consider(emptyArray{})
 			}
 			for _, e := range a {
 				consider(e)
@@ -58,9 +61,6 @@ func sortValue(doc bson.D, path string, desc bool) any {
 		consider(v)
 	}
 	if first {
-		return nil
-	}
-	if _, ok := best.(bson.MinKey); ok {
 		return nil
 	}
 	return best
@@ -284,10 +284,7 @@ func parseProjection(spec bson.D) (*projection, error) {
 	if err := walk("", spec); err != nil {
 		return nil, err
 	}
-	p.inclusion = mode >= 0
-	if mode == 0 && !p.idOff {
-		p.inclusion = false
-	}
+	p.inclusion = mode > 0 || (mode == 0 && !p.idOff)
 	if _, ok := p.root.children["_id"]; !ok && p.inclusion && !p.idOff {
 		p.root.child("_id").leaf = true
 	}
@@ -664,7 +661,7 @@ func parseUnwind(arg any) (func([]bson.D) ([]bson.D, error), error) {
 			switch {
 			case !ok || v == nil || (isArr && len(arr) == 0):
 				if preserve {
-					if err := emit(v, ok && v != nil, nil); err != nil {
+					if err := emit(v, ok && !isArr, nil); err != nil {
 						return nil, err
 					}
 				}

@@ -433,6 +433,12 @@ func rangePred(op string, x any) valuesPred {
 		if typeRank(v) != typeRank(x) {
 			return false
 		}
+		if isNumber(v) {
+			vn, xn := isNaN(v), isNaN(x)
+			if vn || xn {
+				return vn && xn && (op == "$gte" || op == "$lte")
+			}
+		}
 		return test(compareValues(v, x))
 	}
 	inner := anyElem(cmpOK)
@@ -584,3 +590,13 @@ func toFloat(v any) float64 {
 }
 
 var _ = regexp.Compile
+
+func isNaN(v any) bool {
+	switch x := v.(type) {
+	case float64:
+		return math.IsNaN(x)
+	case bson.Decimal128:
+		return x.IsNaN()
+	}
+	return false
+}

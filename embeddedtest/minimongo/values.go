@@ -22,34 +22,36 @@ func typeRank(v any) int {
 	switch v.(type) {
 	case bson.MinKey:
 		return 1
-	case nil, bson.Undefined, bson.Null:
+	case emptyArray:
 		return 2
-	case int32, int64, float64, bson.Decimal128, int:
+	case nil, bson.Undefined, bson.Null:
 		return 3
-	case string, bson.Symbol:
+	case int32, int64, float64, bson.Decimal128, int:
 		return 4
-	case bson.D, bson.M:
+	case string, bson.Symbol:
 		return 5
-	case bson.A:
+	case bson.D, bson.M:
 		return 6
-	case bson.Binary:
+	case bson.A:
 		return 7
-	case bson.ObjectID:
+	case bson.Binary:
 		return 8
-	case bool:
+	case bson.ObjectID:
 		return 9
-	case bson.DateTime:
+	case bool:
 		return 10
-	case bson.Timestamp:
+	case bson.DateTime:
 		return 11
-	case bson.Regex:
+	case bson.Timestamp:
 		return 12
-	case bson.DBPointer:
+	case bson.Regex:
 		return 13
-	case bson.JavaScript:
+	case bson.DBPointer:
 		return 14
-	case bson.CodeWithScope:
+	case bson.JavaScript:
 		return 15
+	case bson.CodeWithScope:
+		return 16
 	case bson.MaxKey:
 		return 100
 	}
