@@ -45,6 +45,9 @@ type Delivery struct {
 	// Msg is the message as it came off the wire, for middlewares that must copy it
 	// faithfully (dead letters). Handlers use Event.
 	Msg RawMessage
+	// DecodeErr is set when the body is not valid JSON (it wraps ErrDecode). Middlewares
+	// pass such a delivery on untouched; the Bus never calls the handler with it.
+	DecodeErr error
 }
 
 // LastAttempt reports whether a failure of this delivery is final.

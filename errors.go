@@ -29,6 +29,12 @@ var (
 	ErrUnknownEvent = errors.New("jetbus: no pending delivery for this event")
 	// ErrEventNotFound is returned when a position names an event ID the topic does not hold.
 	ErrEventNotFound = errors.New("jetbus: event not found")
+	// ErrGroupNotFound is returned by Cursor when the group has never consumed the topic.
+	ErrGroupNotFound = errors.New("jetbus: group not found")
+	// ErrDecode marks a delivery whose body is not valid JSON. The Bus does not call the
+	// handler for it: the innermost step returns Permanent(an error wrapping ErrDecode), so
+	// the dead-letter step records it with reason "decode".
+	ErrDecode = errors.New("jetbus: body is not valid JSON")
 	// ErrClosed is returned by calls on a closed Bus or a stopped Subscription.
 	ErrClosed = errors.New("jetbus: closed")
 )

@@ -1,0 +1,110 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+)
+
+// Bus is the jetbus Bus on JetStream. Create it with Open; it is safe for concurrent use.
+type Bus struct {
+	nc      *nats.Conn
+	js      natsjs.JetStream
+	opts    options
+	metrics *metrics
+
+	publishSync  jetbus.PublishFunc
+	publishAsync jetbus.PublishFunc
+
+	topics topicCache
+
+	mu     sync.Mutex
+	closed bool
+	subs   map[*subscription]struct{}
+	// pending holds the deliveries of ManualAck subscriptions awaiting Ack or Nack.
+	pending map[pendingKey]*pendingDelivery
+}
+
+var _ jetbus.Bus = (*Bus)(nil)
+
+// Open returns a Bus on the JetStream of nc. Options:
+//
+//   - WithLogger: logger (default discard).
+//   - WithRegisterer: Prometheus registerer for the Bus's metrics (default none).
+//   - WithPublishMiddleware, WithHandlerMiddleware: middlewares for every publish and handler.
+//   - WithTopicCacheTTL: how long partition counts are cached (default 10s).
+//   - WithPinnedTTL: how long a silent client keeps a partition pinned (default 10s).
+//   - WithAsyncMaxPending: bound on outstanding async publishes (default 4000).
+//
+// The Bus does not own nc: Close stops the Bus's subscriptions but leaves nc open.
+func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil connection", jetbus.ErrInvalidOption)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	js, err := natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(o.asyncPending))
+	if err != nil {
+		return nil, fmt.Errorf("jetbus: jetstream: %w", err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return nil, fmt.Errorf("jetbus: jetstream not available: %w", err)
+	}
+	m, err := newMetrics(o.registerer)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bus{
+		nc:      nc,
+		js:      js,
+		opts:    o,
+		metrics: m,
+		subs:    make(map[*subscription]struct{}),
+		pending: make(map[pendingKey]*pendingDelivery),
+	}
+	b.topics.init(js, o.topicCacheTTL)
+	b.publishSync = jetbus.ChainPublish(b.writeSync, o.publishMW...)
+	b.publishAsync = jetbus.ChainPublish(b.writeAsync, o.publishMW...)
+	return b, nil
+}
+
+// JetStream returns the JetStream context the Bus uses, e.g. for KV buckets.
+func (b *Bus) JetStream() natsjs.JetStream { return b.js }
+
+// Conn returns the NATS connection the Bus uses.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// Close stops every subscription of the Bus (as Subscription.Stop) and refuses further calls.
+// It does not close the NATS connection.
+func (b *Bus) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	subs := make([]*subscription, 0, len(b.subs))
+	for s := range b.subs {
+		subs = append(subs, s)
+	}
+	b.mu.Unlock()
+	for _, s := range subs {
+		s.Stop()
+	}
+	return nil
+}
+
+func (b *Bus) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}

@@ -1,0 +1,140 @@
+package jetstream
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+)
+
+// encode builds the wire message of e for subject.
+func encode(e *jetbus.Event, subject string) *nats.Msg {
+	h := make(nats.Header, 6+len(e.Headers))
+	h[jetbus.HeaderMsgID] = []string{e.ID}
+	h[jetbus.HeaderTS] = []string{strconv.FormatInt(e.TS.UnixMilli(), 10)}
+	h[jetbus.HeaderContentType] = []string{jetbus.ContentTypeJSON}
+	if e.Key != "" {
+		h[jetbus.HeaderKey] = []string{e.Key}
+	}
+	if e.SID != "" {
+		h[jetbus.HeaderSID] = []string{e.SID}
+	}
+	if len(e.CausedBy) > 0 {
+		h[jetbus.HeaderCausedBy] = []string{strings.Join(e.CausedBy, ",")}
+	}
+	if len(e.Tags) > 0 {
+		h[jetbus.HeaderTags] = []string{strings.Join(e.Tags, ",")}
+	}
+	for k, v := range e.Headers {
+		h[k] = []string{v}
+	}
+	return &nats.Msg{Subject: subject, Header: h, Data: e.Payload}
+}
+
+// headerSize approximates the encoded size of h as NATS sends it ("NATS/1.0\r\n", then
+// "k: v\r\n" per value, then "\r\n").
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// decode turns a delivered message into the event it carries. A message published by a
+// foreign client without jetbus headers still decodes: its ID is "<stream>:<seq>" and its
+// TS the time the stream stored it. The returned error wraps jetbus.ErrDecode when the body
+// is not valid JSON; the event is complete nonetheless.
+func decode(m natsjs.Msg, meta *natsjs.MsgMetadata) (*jetbus.Event, jetbus.RawMessage, error) {
+	subject := m.Subject()
+	topic, part, ok := jetbus.ParsePartitionSubject(subject)
+	if !ok {
+		topic = subject
+	}
+	raw := jetbus.RawMessage{
+		Subject: subject,
+		Stream:  meta.Stream,
+		Seq:     meta.Sequence.Stream,
+		Header:  m.Headers(),
+		Data:    m.Data(),
+		Time:    meta.Timestamp,
+	}
+	e := &jetbus.Event{
+		Topic:     topic,
+		Partition: part,
+		Payload:   json.RawMessage(m.Data()),
+		Seq:       meta.Sequence.Stream,
+	}
+	h := m.Headers()
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		v := vs[0]
+		switch k {
+		case jetbus.HeaderMsgID:
+			e.ID = v
+		case jetbus.HeaderKey:
+			e.Key = v
+		case jetbus.HeaderTS:
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+				e.TS = time.UnixMilli(ms)
+			}
+		case jetbus.HeaderSID:
+			e.SID = v
+		case jetbus.HeaderCausedBy:
+			e.CausedBy = splitList(v)
+		case jetbus.HeaderTags:
+			e.Tags = splitList(v)
+		default:
+			if strings.HasPrefix(k, "x-") {
+				if e.Headers == nil {
+					e.Headers = make(map[string]string)
+				}
+				e.Headers[k] = v
+			}
+		}
+	}
+	if e.ID == "" {
+		e.ID = meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	if e.TS.IsZero() {
+		e.TS = meta.Timestamp
+	}
+	if !json.Valid(e.Payload) {
+		return e, raw, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, meta.Stream, meta.Sequence.Stream)
+	}
+	return e, raw, nil
+}
+
+func splitList(v string) []string {
+	if v == "" {
+		return nil
+	}
+	parts := strings.Split(v, ",")
+	out := parts[:0]
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// foreignSeq parses an ID of the form "<stream>:<seq>" given to events that carried no ID.
+func foreignSeq(stream, id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, stream+":")
+	if !ok {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(rest, 10, 64)
+	return seq, err == nil && seq > 0
+}

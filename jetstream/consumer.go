@@ -1,0 +1,216 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+)
+
+// PriorityGroup is the priority group every jetbus consumer pins its client in.
+const PriorityGroup = "jetbus"
+
+// ConsumerName returns the durable consumer of a group's partition: "<group>_p<n>".
+func ConsumerName(group string, partition int) string {
+	return group + "_p" + strconv.Itoa(partition)
+}
+
+func (b *Bus) consumerConfig(topic, group string, p int, o *jetbus.SubscribeOptions) natsjs.ConsumerConfig {
+	return natsjs.ConsumerConfig{
+		Durable:        ConsumerName(group, p),
+		Description:    fmt.Sprintf("jetbus group %s, topic %s, partition %d", group, topic, p),
+		DeliverPolicy:  natsjs.DeliverAllPolicy,
+		AckPolicy:      natsjs.AckExplicitPolicy,
+		AckWait:        o.AckTimeout,
+		MaxDeliver:     o.MaxAttempts,
+		MaxAckPending:  o.MaxInFlight,
+		FilterSubject:  jetbus.PartitionSubject(topic, p),
+		PriorityPolicy: natsjs.PriorityPolicyPinned,
+		PriorityGroups: []string{PriorityGroup},
+		PinnedTTL:      b.opts.pinnedTTL,
+		Metadata: map[string]string{
+			"jetbus.topic":     topic,
+			"jetbus.group":     group,
+			"jetbus.partition": strconv.Itoa(p),
+		},
+	}
+}
+
+// ensureConsumer returns the durable consumer of (topic, group, p), creating it at the
+// position `from` when it does not exist, and updating its settings when it does (its
+// position is kept).
+func (b *Bus) ensureConsumer(ctx context.Context, topic, group string, p int, o *jetbus.SubscribeOptions, start func() (uint64, error)) error {
+	stream := jetbus.StreamName(topic)
+	want := b.consumerConfig(topic, group, p, o)
+	c, err := b.js.Consumer(ctx, stream, want.Durable)
+	switch {
+	case errors.Is(err, natsjs.ErrConsumerNotFound):
+		seq, err := start()
+		if err != nil {
+			return err
+		}
+		err = b.createConsumerAt(ctx, stream, want, seq)
+		if errors.Is(err, natsjs.ErrConsumerExists) {
+			return nil // created concurrently by another member: keep its position
+		}
+		return err
+	case err != nil:
+		return fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, err)
+	}
+	have := c.CachedInfo().Config
+	if have.AckWait == want.AckWait && have.MaxDeliver == want.MaxDeliver &&
+		have.MaxAckPending == want.MaxAckPending && have.PinnedTTL == want.PinnedTTL &&
+		have.PriorityPolicy == want.PriorityPolicy {
+		return nil
+	}
+	upd := have
+	upd.AckWait, upd.MaxDeliver, upd.MaxAckPending = want.AckWait, want.MaxDeliver, want.MaxAckPending
+	upd.PriorityPolicy, upd.PriorityGroups, upd.PinnedTTL = want.PriorityPolicy, want.PriorityGroups, want.PinnedTTL
+	if _, err := b.js.UpdateConsumer(ctx, stream, upd); err != nil {
+		return fmt.Errorf("jetbus: update consumer %s of %s: %w", want.Durable, topic, err)
+	}
+	return nil
+}
+
+// createConsumerAt creates a consumer whose first delivery is stream sequence seq. It is
+// created paused, reset to seq and resumed, so no client can pull from it before the reset.
+func (b *Bus) createConsumerAt(ctx context.Context, stream string, cfg natsjs.ConsumerConfig, seq uint64) error {
+	if seq <= 1 {
+		_, err := b.js.CreateConsumer(ctx, stream, cfg)
+		return wrapConsumerErr(cfg.Durable, err)
+	}
+	until := time.Now().Add(time.Hour)
+	cfg.PauseUntil = &until
+	if _, err := b.js.CreateConsumer(ctx, stream, cfg); err != nil {
+		return wrapConsumerErr(cfg.Durable, err)
+	}
+	if err := b.resetConsumer(ctx, stream, cfg.Durable, seq); err != nil {
+		return err
+	}
+	err := withRetry(ctx, func(ctx context.Context) error {
+		_, err := b.js.ResumeConsumer(ctx, stream, cfg.Durable)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("jetbus: resume consumer %s: %w", cfg.Durable, err)
+	}
+	return nil
+}
+
+// resetConsumer makes stream sequence seq the consumer's next delivery; seq 0 means its ack
+// floor + 1, which returns every unacknowledged delivery to the consumer, in order.
+func (b *Bus) resetConsumer(ctx context.Context, stream, name string, seq uint64) error {
+	err := withRetry(ctx, func(ctx context.Context) error {
+		var err error
+		if seq == 0 {
+			_, err = b.js.ResetConsumer(ctx, stream, name)
+		} else {
+			_, err = b.js.ResetConsumerToSequence(ctx, stream, name, seq)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
+	}
+	return nil
+}
+
+func wrapConsumerErr(name string, err error) error {
+	if err == nil || errors.Is(err, natsjs.ErrConsumerExists) {
+		return err
+	}
+	return fmt.Errorf("jetbus: create consumer %s: %w", name, err)
+}
+
+// resolve returns the first stream sequence to deliver for a position in topic.
+func (b *Bus) resolve(ctx context.Context, topic string, pos jetbus.Position) (uint64, error) {
+	stream := jetbus.StreamName(topic)
+	switch pos.Kind {
+	case jetbus.PositionEarliest:
+		return 1, nil
+	case jetbus.PositionAfterSeq:
+		return pos.Seq + 1, nil
+	}
+	s, err := b.js.Stream(ctx, stream)
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		return 0, fmt.Errorf("%w: %s", jetbus.ErrTopicNotFound, topic)
+	} else if err != nil {
+		return 0, fmt.Errorf("jetbus: topic %s: %w", topic, err)
+	}
+	last := s.CachedInfo().State.LastSeq
+	switch pos.Kind {
+	case jetbus.PositionLatest:
+		return last + 1, nil
+	case jetbus.PositionTime:
+		seq, found, err := b.firstSeqFrom(ctx, stream, pos.Time, nil)
+		if err != nil || !found {
+			return last + 1, err
+		}
+		return seq, nil
+	case jetbus.PositionAfterID:
+		if seq, ok := foreignSeq(stream, pos.ID); ok {
+			return seq + 1, nil
+		}
+		from := time.Time{}
+		if id, err := uuidTime(pos.ID); err == nil {
+			from = id.Add(-time.Minute) // publisher and server clocks may differ
+		}
+		seq, found, err := b.firstSeqFrom(ctx, stream, from, func(m natsjs.Msg) bool {
+			return m.Headers().Get(jetbus.HeaderMsgID) == pos.ID
+		})
+		if err != nil {
+			return 0, err
+		}
+		if !found {
+			return 0, fmt.Errorf("%w: %s in topic %s", jetbus.ErrEventNotFound, pos.ID, topic)
+		}
+		return seq + 1, nil
+	}
+	return 0, fmt.Errorf("%w: position kind %d", jetbus.ErrInvalidOption, pos.Kind)
+}
+
+// firstSeqFrom scans stream from time `from` (zero: the start) with an ordered consumer
+// reading headers only, and returns the sequence of the first message that match accepts
+// (nil: any).
+func (b *Bus) firstSeqFrom(ctx context.Context, stream string, from time.Time, match func(natsjs.Msg) bool) (uint64, bool, error) {
+	cfg := natsjs.OrderedConsumerConfig{HeadersOnly: true}
+	if !from.IsZero() {
+		cfg.DeliverPolicy = natsjs.DeliverByStartTimePolicy
+		cfg.OptStartTime = &from
+	}
+	c, err := b.js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return 0, false, fmt.Errorf("jetbus: scan %s: %w", stream, err)
+	}
+	pending := c.CachedInfo().NumPending
+	for pending > 0 {
+		batch, err := c.Fetch(int(min(pending, 1000)), natsjs.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return 0, false, fmt.Errorf("jetbus: scan %s: %w", stream, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if match == nil || match(m) {
+				return meta.Sequence.Stream, true, nil
+			}
+			pending = meta.NumPending
+		}
+		if err := batch.Error(); err != nil {
+			return 0, false, fmt.Errorf("jetbus: scan %s: %w", stream, err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return 0, false, ctx.Err()
+}

@@ -1,0 +1,106 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+)
+
+// Cursor implements jetbus.Bus: the position of every partition consumer of the group.
+func (b *Bus) Cursor(ctx context.Context, topic, group string) (*jetbus.Cursor, error) {
+	n, err := b.checkNames(ctx, topic, group)
+	if err != nil {
+		return nil, err
+	}
+	c := &jetbus.Cursor{Topic: topic, Group: group}
+	stream := jetbus.StreamName(topic)
+	for p := range n {
+		cons, err := b.js.Consumer(ctx, stream, ConsumerName(group, p))
+		if errors.Is(err, natsjs.ErrConsumerNotFound) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("jetbus: cursor of %s/%s: %w", topic, group, err)
+		}
+		info := cons.CachedInfo()
+		c.Partitions = append(c.Partitions, jetbus.PartitionCursor{
+			Partition:  p,
+			AckFloor:   info.AckFloor.Stream,
+			Delivered:  info.Delivered.Stream,
+			Pending:    info.NumPending,
+			AckPending: info.NumAckPending,
+		})
+	}
+	if len(c.Partitions) == 0 {
+		return nil, fmt.Errorf("%w: %s in topic %s", jetbus.ErrGroupNotFound, group, topic)
+	}
+	return c, nil
+}
+
+// SetCursor implements jetbus.Bus: every partition consumer of the group is reset so its next
+// delivery is the first event at `to`; partitions the group never consumed get a consumer
+// there. Members consuming the group continue from the new position; deliveries they hold
+// from before are forgotten by the server (their acks do nothing).
+func (b *Bus) SetCursor(ctx context.Context, topic, group string, to jetbus.Position) error {
+	n, err := b.checkNames(ctx, topic, group)
+	if err != nil {
+		return err
+	}
+	seq, err := b.resolve(ctx, topic, to)
+	if err != nil {
+		return err
+	}
+	if seq == 0 {
+		seq = 1
+	}
+	o, err := jetbus.ApplySubscribeOptions()
+	if err != nil {
+		return err
+	}
+	stream := jetbus.StreamName(topic)
+	for p := range n {
+		name := ConsumerName(group, p)
+		err := b.resetConsumer(ctx, stream, name, seq)
+		if errors.Is(err, natsjs.ErrConsumerNotFound) {
+			err = b.createConsumerAt(ctx, stream, b.consumerConfig(topic, group, p, &o), seq)
+			if errors.Is(err, natsjs.ErrConsumerExists) {
+				err = b.resetConsumer(ctx, stream, name, seq)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("jetbus: set cursor of %s/%s partition %d: %w", topic, group, p, err)
+		}
+	}
+	return nil
+}
+
+func (b *Bus) checkNames(ctx context.Context, topic, group string) (int, error) {
+	if b.isClosed() {
+		return 0, jetbus.ErrClosed
+	}
+	if err := jetbus.ValidateTopic(topic); err != nil {
+		return 0, err
+	}
+	if err := jetbus.ValidateGroup(group); err != nil {
+		return 0, err
+	}
+	return b.topics.partitions(ctx, topic)
+}
+
+// uuidTime returns the time embedded in a UUIDv7.
+func uuidTime(id string) (time.Time, error) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if u.Version() != 7 {
+		return time.Time{}, fmt.Errorf("not a UUIDv7")
+	}
+	sec, nsec := u.Time().UnixTime()
+	return time.Unix(sec, nsec), nil
+}

@@ -1,0 +1,36 @@
+// Package jetstream implements the jetbus Bus on NATS JetStream.
+//
+// It owns the wire contract of DESIGN.md: one stream per topic (named by replacing "." with
+// "_") with subjects "<topic>.p0" … "<topic>.p<N-1>" and the partition count in the stream's
+// Metadata ("jetbus.partitions"); messages whose body is the JSON payload and whose headers
+// carry the event fields (Nats-Msg-Id, x-key, x-ts, x-sid, x-caused-by, x-tags); one durable
+// pull consumer per (group, partition) named "<group>_p<n>". It does not own how partitions
+// are spread over group members (package partition), schemas (package schema) or dead letters
+// (package dlq): those plug in through jetbus.OnlyPartitions, publish middlewares and handler
+// middlewares.
+//
+// # Choices
+//
+//   - Stream subjects are listed one per partition rather than as a wildcard, so a publish to
+//     a partition that does not exist fails instead of being stored where no consumer reads.
+//   - Partitions can grow (EnsureTopic with a larger count) but not shrink. Growing moves
+//     keys to other partitions (jump hash moves about 1/(N+1) of them per step): per-key order
+//     holds only from then on.
+//   - Every consumer is created with DeliverPolicy All and then reset to the sequence its
+//     starting Position resolves to, so SetCursor can later move it anywhere, including back to
+//     the start. Consumers have MaxDeliver = MaxAttempts, AckWait = AckTimeout and
+//     MaxAckPending = MaxInFlight; a re-subscription updates these settings and keeps the
+//     position.
+//   - Every consumer uses the "pinned_client" priority policy with the priority group
+//     "jetbus": one client consumes a partition at a time, even when several processes
+//     subscribe the same group without package partition. A stopped subscription unpins at
+//     once; a crashed one loses the pin after the pin TTL (WithPinnedTTL, default 10s).
+//   - A handler error is retried with NakWithDelay(Backoff(attempt)); a Permanent error
+//     terminates the message (TermWithReason) after the middlewares ran; a non-permanent error
+//     on the last attempt is nak'ed, the server stops delivering it (MaxDeliver) and publishes
+//     its MAX_DELIVERIES advisory, from which the dead-letter safety net recovers it. Events
+//     are processed one at a time per partition, in stream order.
+//   - Partition counts are cached per topic for WithTopicCacheTTL (default 10s).
+//   - Stop returns fetched but unhandled messages with a nak, which counts as a delivery: their
+//     next Delivery.Attempt is one higher.
+package jetstream

@@ -1,0 +1,128 @@
+package jetstream
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the Bus's Prometheus metrics; a nil *metrics records nothing.
+type metrics struct {
+	publishedTotal *prometheus.CounterVec
+	deliveredTotal *prometheus.CounterVec
+	ackedTotal     *prometheus.CounterVec
+	nackedTotal    *prometheus.CounterVec
+	inflight       *prometheus.GaugeVec
+	handlerMs      *prometheus.HistogramVec
+	pollMs         *prometheus.HistogramVec
+}
+
+var msBuckets = []float64{0.1, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000}
+
+func newMetrics(r prometheus.Registerer) (*metrics, error) {
+	if r == nil {
+		return nil, nil
+	}
+	tg := []string{"topic", "group"}
+	m := &metrics{
+		publishedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_published_total", Help: "Events stored by Publish, by topic."}, []string{"topic"}),
+		deliveredTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_delivered_total", Help: "Deliveries to handlers."}, tg),
+		ackedTotal:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_acked_total", Help: "Deliveries acknowledged."}, tg),
+		nackedTotal:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_nacked_total", Help: "Deliveries rejected (retried or terminated)."}, tg),
+		inflight:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "events_inflight", Help: "Deliveries being handled or awaiting a manual ack."}, tg),
+		handlerMs:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "delivery_handler_duration_ms", Help: "Handler run time in milliseconds.", Buckets: msBuckets}, tg),
+		pollMs:         prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "subscribe_poll_duration_ms", Help: "Time waiting for the next delivery in milliseconds.", Buckets: msBuckets}, tg),
+	}
+	for _, c := range []prometheus.Collector{m.publishedTotal, m.deliveredTotal, m.ackedTotal, m.nackedTotal, m.inflight, m.handlerMs, m.pollMs} {
+		if err := r.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			// Several Buses in one process share the collectors.
+			switch ex := are.ExistingCollector.(type) {
+			case *prometheus.CounterVec:
+				switch c {
+				case m.publishedTotal:
+					m.publishedTotal = ex
+				case m.deliveredTotal:
+					m.deliveredTotal = ex
+				case m.ackedTotal:
+					m.ackedTotal = ex
+				case m.nackedTotal:
+					m.nackedTotal = ex
+				}
+			case *prometheus.GaugeVec:
+				m.inflight = ex
+			case *prometheus.HistogramVec:
+				if c == m.handlerMs {
+					m.handlerMs = ex
+				} else {
+					m.pollMs = ex
+				}
+			}
+		}
+	}
+	return m, nil
+}
+
+// groupMetrics are the metrics of one (topic, group), resolved once per consumer.
+type groupMetrics struct {
+	delivered, acked, nacked prometheus.Counter
+	inflight                 prometheus.Gauge
+	handlerMs, pollMs        prometheus.Observer
+}
+
+func (m *metrics) published(topic string) {
+	if m != nil {
+		m.publishedTotal.WithLabelValues(topic).Inc()
+	}
+}
+
+func (m *metrics) group(topic, group string) *groupMetrics {
+	if m == nil {
+		return nil
+	}
+	return &groupMetrics{
+		delivered: m.deliveredTotal.WithLabelValues(topic, group),
+		acked:     m.ackedTotal.WithLabelValues(topic, group),
+		nacked:    m.nackedTotal.WithLabelValues(topic, group),
+		inflight:  m.inflight.WithLabelValues(topic, group),
+		handlerMs: m.handlerMs.WithLabelValues(topic, group),
+		pollMs:    m.pollMs.WithLabelValues(topic, group),
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (g *groupMetrics) deliver() {
+	if g != nil {
+		g.delivered.Inc()
+		g.inflight.Inc()
+	}
+}
+
+func (g *groupMetrics) poll(d time.Duration) {
+	if g != nil {
+		g.pollMs.Observe(ms(d))
+	}
+}
+
+func (g *groupMetrics) handled(d time.Duration) {
+	if g != nil {
+		g.handlerMs.Observe(ms(d))
+	}
+}
+
+func (g *groupMetrics) settle(acked bool) {
+	if g == nil {
+		return
+	}
+	g.inflight.Dec()
+	if acked {
+		g.acked.Inc()
+	} else {
+		g.nacked.Inc()
+	}
+}

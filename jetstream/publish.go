@@ -1,0 +1,209 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/partition"
+)
+
+// Publish implements jetbus.Bus. It returns when the server has stored the event (or found
+// it to be a duplicate of an event with the same ID: then Seq is the stored event's).
+func (b *Bus) Publish(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*jetbus.Event, error) {
+	e, err := b.newEvent(topic, payload, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.publishSync(ctx, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// newEvent validates and assembles the event of a publish.
+func (b *Bus) newEvent(topic string, payload any, opts []jetbus.PublishOption) (*jetbus.Event, error) {
+	if b.isClosed() {
+		return nil, jetbus.ErrClosed
+	}
+	if err := jetbus.ValidateTopic(topic); err != nil {
+		return nil, err
+	}
+	o, err := jetbus.ApplyPublishOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	body, err := marshalPayload(payload)
+	if err != nil {
+		return nil, err
+	}
+	e := &jetbus.Event{
+		ID:       o.ID,
+		Topic:    topic,
+		Key:      o.Key,
+		TS:       o.TS,
+		SID:      o.SID,
+		Headers:  o.Headers,
+		Payload:  body,
+		CausedBy: o.CausedBy,
+		Tags:     o.Tags,
+	}
+	if e.ID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("jetbus: event ID: %w", err)
+		}
+		e.ID = id.String()
+	}
+	if e.TS.IsZero() {
+		e.TS = time.Now()
+	}
+	e.TS = time.UnixMilli(e.TS.UnixMilli())
+	return e, nil
+}
+
+func marshalPayload(payload any) (json.RawMessage, error) {
+	switch p := payload.(type) {
+	case json.RawMessage:
+		if !json.Valid(p) {
+			return nil, fmt.Errorf("%w: raw message is not valid JSON", jetbus.ErrInvalidPayload)
+		}
+		return p, nil
+	case nil:
+		return json.RawMessage("null"), nil
+	}
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", jetbus.ErrInvalidPayload, err)
+	}
+	return body, nil
+}
+
+// prepare is the innermost publish step shared by the sync and async paths: it picks the
+// partition and builds the message, refusing what the server would refuse.
+func (b *Bus) prepare(ctx context.Context, e *jetbus.Event) (*nats.Msg, error) {
+	if err := jetbus.ValidateTopic(e.Topic); err != nil {
+		return nil, err
+	}
+	for name := range e.Headers {
+		if err := jetbus.ValidateHeaderName(name); err != nil {
+			return nil, err
+		}
+	}
+	t, err := b.topics.get(ctx, e.Topic)
+	if err != nil {
+		return nil, err
+	}
+	key := e.Key
+	if key == "" {
+		key = e.ID
+	}
+	e.Partition = partition.Of(key, t.partitions)
+	msg := encode(e, t.subjects[e.Partition])
+	if max := b.nc.MaxPayload(); int64(len(msg.Data)+headerSize(msg.Header)) > max {
+		return nil, fmt.Errorf("%w: %d bytes of body and %d of headers, server max is %d",
+			jetbus.ErrMessageTooLarge, len(msg.Data), headerSize(msg.Header), max)
+	}
+	return msg, nil
+}
+
+func (b *Bus) writeSync(ctx context.Context, e *jetbus.Event) error {
+	msg, err := b.prepare(ctx, e)
+	if err != nil {
+		return err
+	}
+	ack, err := b.js.PublishMsg(ctx, msg, natsjs.WithExpectStream(jetbus.StreamName(e.Topic)))
+	if err != nil {
+		return b.publishError(e.Topic, err)
+	}
+	e.Seq = ack.Sequence
+	b.metrics.published(e.Topic)
+	return nil
+}
+
+func (b *Bus) publishError(topic string, err error) error {
+	if errors.Is(err, natsjs.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		b.topics.forget(topic)
+		return fmt.Errorf("%w: %s: %w", jetbus.ErrTopicNotFound, topic, err)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("%w: %w", jetbus.ErrMessageTooLarge, err)
+	}
+	return fmt.Errorf("jetbus: publish to %s: %w", topic, err)
+}
+
+// PublishFuture is the pending result of PublishAsync.
+type PublishFuture struct {
+	bus   *Bus
+	event *jetbus.Event
+	futs  []natsjs.PubAckFuture
+}
+
+// Event returns the event being published (Seq is set once Wait succeeded).
+func (f *PublishFuture) Event() *jetbus.Event { return f.event }
+
+// Wait waits until the server stored the event (and every extra message a middleware
+// published with it) and returns the event.
+func (f *PublishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
+	for i, fut := range f.futs {
+		select {
+		case ack := <-fut.Ok():
+			if i == 0 {
+				f.event.Seq = ack.Sequence
+			}
+		case err := <-fut.Err():
+			return nil, f.bus.publishError(f.event.Topic, err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return f.event, nil
+}
+
+type asyncCollector struct{ futs []natsjs.PubAckFuture }
+
+type asyncKey struct{}
+
+func (b *Bus) writeAsync(ctx context.Context, e *jetbus.Event) error {
+	c, _ := ctx.Value(asyncKey{}).(*asyncCollector)
+	if c == nil {
+		return b.writeSync(ctx, e)
+	}
+	msg, err := b.prepare(ctx, e)
+	if err != nil {
+		return err
+	}
+	fut, err := b.js.PublishMsgAsync(msg, natsjs.WithExpectStream(jetbus.StreamName(e.Topic)))
+	if err != nil {
+		return b.publishError(e.Topic, err)
+	}
+	c.futs = append(c.futs, fut)
+	b.metrics.published(e.Topic)
+	return nil
+}
+
+// PublishAsync publishes without waiting for the server: the returned future's Wait gives
+// the result. Validation and middlewares run before it returns, so bad input fails here and
+// nothing is sent. It blocks while WithAsyncMaxPending publishes are outstanding. Use
+// PublishAsyncComplete or Wait on every future to know all were stored.
+func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*PublishFuture, error) {
+	e, err := b.newEvent(topic, payload, opts)
+	if err != nil {
+		return nil, err
+	}
+	c := &asyncCollector{}
+	if err := b.publishAsync(context.WithValue(ctx, asyncKey{}, c), e); err != nil {
+		return nil, err
+	}
+	return &PublishFuture{bus: b, event: e, futs: c.futs}, nil
+}
+
+// PublishAsyncComplete is closed when every outstanding async publish is settled.
+func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncComplete() }

@@ -1,0 +1,459 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+)
+
+// Subscribe implements jetbus.Bus. It creates or updates one durable consumer per (topic,
+// partition) of the group before it returns, so a bad name, a missing topic or an
+// unreachable server is reported here; then it consumes every partition in its own
+// goroutine, one event at a time, in stream order.
+func (b *Bus) Subscribe(ctx context.Context, topic, group string, h jetbus.Handler, opts ...jetbus.SubscribeOption) (jetbus.Subscription, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil handler", jetbus.ErrInvalidOption)
+	}
+	if _, err := b.checkNames(ctx, topic, group); err != nil {
+		return nil, err
+	}
+	o, err := jetbus.ApplySubscribeOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	topics := []string{topic}
+	for _, t := range o.FanIn {
+		if !slices.Contains(topics, t) {
+			topics = append(topics, t)
+		}
+	}
+	s := &subscription{
+		bus:    b,
+		group:  group,
+		opts:   o,
+		stopCh: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	inner := func(ctx context.Context, d *jetbus.Delivery) error {
+		if d.DecodeErr != nil {
+			return jetbus.Permanent(d.DecodeErr)
+		}
+		return h(ctx, d)
+	}
+	s.handler = jetbus.ChainHandler(inner, append(slices.Clone(b.opts.handlerMW), o.Middlewares...)...)
+
+	for _, t := range topics {
+		n, err := b.topics.partitions(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		var start struct {
+			once sync.Once
+			seq  uint64
+			err  error
+		}
+		startSeq := func() (uint64, error) {
+			start.once.Do(func() { start.seq, start.err = b.resolve(ctx, t, o.From) })
+			return start.seq, start.err
+		}
+		for p := range n {
+			if o.Partitions != nil && !slices.Contains(o.Partitions, p) {
+				continue
+			}
+			if err := b.ensureConsumer(ctx, t, group, p, &o, startSeq); err != nil {
+				return nil, err
+			}
+			s.parts = append(s.parts, &partConsumer{
+				sub:       s,
+				topic:     t,
+				stream:    jetbus.StreamName(t),
+				partition: p,
+				name:      ConsumerName(group, p),
+				gm:        b.metrics.group(t, group),
+				log:       b.opts.logger.With("topic", t, "group", group, "partition", p),
+			})
+		}
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, jetbus.ErrClosed
+	}
+	b.subs[s] = struct{}{}
+	b.mu.Unlock()
+
+	for _, pc := range s.parts {
+		s.wg.Add(1)
+		go pc.run()
+	}
+	stopOnCancel := context.AfterFunc(ctx, func() { s.stop(false) })
+	go func() {
+		s.wg.Wait()
+		stopOnCancel()
+		s.cancel()
+		b.dropPending(s)
+		b.mu.Lock()
+		delete(b.subs, s)
+		b.mu.Unlock()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// subscription is a running Subscribe.
+type subscription struct {
+	bus     *Bus
+	group   string
+	opts    jetbus.SubscribeOptions
+	handler jetbus.Handler
+	parts   []*partConsumer
+
+	ctx    context.Context // handlers' context: cancelled once every partition stopped
+	cancel context.CancelFunc
+
+	stopOnce sync.Once
+	stopCh   chan struct{}
+	draining atomic.Bool
+	wg       sync.WaitGroup
+	done     chan struct{}
+}
+
+var _ jetbus.Subscription = (*subscription)(nil)
+
+func (s *subscription) stop(drain bool) {
+	s.stopOnce.Do(func() {
+		s.draining.Store(drain)
+		close(s.stopCh)
+		for _, pc := range s.parts {
+			pc.stopIter()
+		}
+	})
+}
+
+func (s *subscription) stopping() bool {
+	select {
+	case <-s.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop implements jetbus.Subscription.
+func (s *subscription) Stop() error {
+	s.stop(false)
+	<-s.done
+	return nil
+}
+
+// Drain implements jetbus.Subscription.
+func (s *subscription) Drain(ctx context.Context) error {
+	s.stop(true)
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		s.draining.Store(false)
+		<-s.done
+		return ctx.Err()
+	}
+}
+
+// Done implements jetbus.Subscription.
+func (s *subscription) Done() <-chan struct{} { return s.done }
+
+// Err implements jetbus.Subscription. Partition consumers retry failures until stopped, so a
+// subscription only ends by Stop, Drain, Bus.Close or its context.
+func (s *subscription) Err() error { return nil }
+
+// partConsumer consumes one partition of one topic for a subscription.
+type partConsumer struct {
+	sub       *subscription
+	topic     string
+	stream    string
+	partition int
+	name      string
+	gm        *groupMetrics
+	log       *slog.Logger
+
+	mu    sync.Mutex
+	iter  natsjs.MessagesContext
+	pinID string // the pin the server gave this client, if it ever did
+}
+
+func (pc *partConsumer) stopIter() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.iter != nil {
+		pc.iter.Drain()
+	}
+}
+
+func (pc *partConsumer) setIter(it natsjs.MessagesContext) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.sub.stopping() {
+		it.Stop()
+		return false
+	}
+	pc.iter = it
+	return true
+}
+
+func (pc *partConsumer) run() {
+	defer pc.sub.wg.Done()
+	defer pc.release()
+	b := pc.sub.bus
+	takeOver := pc.sub.opts.TakeOver
+	retry := time.Duration(0)
+	for !pc.sub.stopping() {
+		if retry > 0 {
+			select {
+			case <-pc.sub.stopCh:
+				return
+			case <-time.After(retry):
+			}
+		}
+		retry = min(max(2*retry, 50*time.Millisecond), 2*time.Second)
+		cons, err := b.js.Consumer(pc.sub.ctx, pc.stream, pc.name)
+		if errors.Is(err, natsjs.ErrConsumerNotFound) {
+			// Deleted behind our back: recreate it where the subscription starts.
+			err = b.ensureConsumer(pc.sub.ctx, pc.topic, pc.sub.group, pc.partition, &pc.sub.opts, func() (uint64, error) {
+				return b.resolve(pc.sub.ctx, pc.topic, pc.sub.opts.From)
+			})
+			if err == nil {
+				retry = 0
+				continue
+			}
+		}
+		if err != nil {
+			pc.log.Warn("consumer lookup failed", "err", err)
+			continue
+		}
+		if takeOver {
+			if err := pc.takeOver(); err != nil {
+				pc.log.Warn("take over failed", "err", err)
+				continue
+			}
+			takeOver = false
+		}
+		it, err := cons.Messages(
+			natsjs.PullMaxMessages(min(pc.sub.opts.BatchSize, pc.sub.opts.MaxInFlight)),
+			natsjs.PullPriorityGroup(PriorityGroup),
+		)
+		if err != nil {
+			pc.log.Warn("pull failed", "err", err)
+			continue
+		}
+		if !pc.setIter(it) {
+			return
+		}
+		err = pc.consume(it)
+		if errors.Is(err, natsjs.ErrMsgIteratorClosed) && pc.sub.stopping() {
+			return
+		}
+		it.Stop()
+		if err != nil && !errors.Is(err, natsjs.ErrMsgIteratorClosed) {
+			pc.log.Info("pull interrupted, resuming", "err", err)
+		}
+		if err == nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) {
+			retry = 0
+		}
+	}
+}
+
+// consume handles messages until the iterator ends.
+func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
+	for {
+		t0 := time.Now()
+		msg, err := it.Next()
+		if err != nil {
+			return err
+		}
+		pc.gm.poll(time.Since(t0))
+		if pin := msg.Headers().Get("Nats-Pin-Id"); pin != "" {
+			pc.mu.Lock()
+			pc.pinID = pin
+			pc.mu.Unlock()
+		}
+		if pc.sub.stopping() && !pc.sub.draining.Load() {
+			// Fetched but not started: give it back so the next owner gets it at once.
+			if err := msg.Nak(); err != nil {
+				pc.log.Debug("nak on stop failed", "err", err)
+			}
+			continue
+		}
+		pc.handle(msg)
+	}
+}
+
+// handle runs the handler chain on one message and settles it.
+func (pc *partConsumer) handle(msg natsjs.Msg) {
+	s := pc.sub
+	meta, err := msg.Metadata()
+	if err != nil {
+		pc.log.Error("message without metadata, terminated", "err", err)
+		_ = msg.TermWithReason("jetbus: no metadata")
+		return
+	}
+	e, raw, decodeErr := decode(msg, meta)
+	if decodeErr == nil && s.opts.Filter != nil && !s.opts.Filter(e) {
+		_ = msg.Ack()
+		return
+	}
+	d := &jetbus.Delivery{
+		Event:       e,
+		Group:       s.group,
+		Attempt:     int(meta.NumDelivered),
+		MaxAttempts: s.opts.MaxAttempts,
+		Msg:         raw,
+		DecodeErr:   decodeErr,
+	}
+	var key pendingKey
+	if s.opts.ManualAck {
+		key = pendingKey{topic: pc.topic, group: s.group, id: e.ID}
+		s.bus.addPending(key, &pendingDelivery{msg: msg, sub: s, pc: pc, attempt: d.Attempt})
+	}
+	pc.gm.deliver()
+	t0 := time.Now()
+	err = pc.call(d)
+	pc.gm.handled(time.Since(t0))
+	if s.opts.ManualAck {
+		if err == nil {
+			return // settled by Bus.Ack or Bus.Nack
+		}
+		if !s.bus.takePending(key, msg) {
+			return // already settled by the handler itself
+		}
+	}
+	pc.settle(msg, d.Attempt, e, err)
+}
+
+// call runs the handler chain, turning a panic into an error.
+func (pc *partConsumer) call(d *jetbus.Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("jetbus: handler panic: %v", r)
+		}
+	}()
+	return pc.sub.handler(pc.sub.ctx, d)
+}
+
+// settle acknowledges, retries or terminates a message after its handler returned err.
+func (pc *partConsumer) settle(msg natsjs.Msg, attempt int, e *jetbus.Event, err error) {
+	s := pc.sub
+	var serr error
+	switch {
+	case err == nil:
+		serr = msg.Ack()
+		pc.gm.settle(true)
+		return
+	case jetbus.IsPermanent(err):
+		pc.log.Warn("event failed permanently, terminated", "id", e.ID, "seq", e.Seq, "attempt", attempt, "err", err)
+		serr = msg.TermWithReason(truncate(err.Error(), 256))
+	case attempt < s.opts.MaxAttempts:
+		pc.log.Info("event failed, will retry", "id", e.ID, "seq", e.Seq, "attempt", attempt, "err", err)
+		serr = msg.NakWithDelay(s.opts.Backoff(attempt))
+	default:
+		pc.log.Error("event failed on its last attempt", "id", e.ID, "seq", e.Seq, "attempt", attempt, "err", err)
+		serr = msg.Nak()
+	}
+	pc.gm.settle(false)
+	if serr != nil {
+		pc.log.Warn("settle failed; the server will redeliver after the ack timeout", "id", e.ID, "err", serr)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// release hands the partition back when the subscription stops: deliveries still
+// unacknowledged at the server (a retry waiting for its backoff, or messages the server sent to
+// the pull request as it was closing) are returned by resetting the consumer to its ack floor,
+// so the next owner gets them first and in order; then the pin is released, so the next
+// subscriber does not wait for the pin TTL.
+func (pc *partConsumer) release() {
+	pc.mu.Lock()
+	pin := pc.pinID
+	pc.mu.Unlock()
+	if pin == "" {
+		return // never consumed: nothing to hand back, and the pin is someone else's
+	}
+	b := pc.sub.bus
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		pc.log.Debug("flush on release failed", "err", err)
+	}
+	// Acks travel asynchronously: give the server a moment to settle the last ones.
+	var info *natsjs.ConsumerInfo
+	deadline := time.Now().Add(time.Second)
+	for {
+		cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
+		if err != nil {
+			pc.log.Debug("consumer lookup on release failed", "err", err)
+			return
+		}
+		info = cons.CachedInfo()
+		if info.NumAckPending == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if info.NumAckPending > 0 {
+		if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
+			pc.log.Warn("returning unacknowledged deliveries failed; they come back after the ack timeout", "err", err)
+		}
+	}
+	for _, g := range info.PriorityGroups {
+		if g.Group == PriorityGroup && g.PinnedClientID == pin {
+			if err := b.unpin(ctx, pc.stream, pc.name); err != nil {
+				pc.log.Debug("unpin failed", "err", err)
+			}
+		}
+	}
+}
+
+// takeOver takes the partition from a previous holder that is known to have stopped (see
+// jetbus.TakeOver): it unpins it and returns its unacknowledged deliveries to the consumer so
+// they are delivered first, in order, instead of after the ack timeout.
+func (pc *partConsumer) takeOver() error {
+	b := pc.sub.bus
+	ctx, cancel := context.WithTimeout(pc.sub.ctx, 10*time.Second)
+	defer cancel()
+	if err := b.unpin(ctx, pc.stream, pc.name); err != nil {
+		return err
+	}
+	cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
+	if err != nil {
+		return err
+	}
+	if cons.CachedInfo().NumAckPending > 0 {
+		return b.resetConsumer(ctx, pc.stream, pc.name, 0)
+	}
+	return nil
+}
+
+func (b *Bus) unpin(ctx context.Context, stream, consumer string) error {
+	return withRetry(ctx, func(ctx context.Context) error {
+		s, err := b.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		return s.UnpinConsumer(ctx, consumer, PriorityGroup)
+	})
+}
