@@ -1,0 +1,83 @@
+package schema
+
+import (
+	"fmt"
+	"log/slog"
+)
+
+// Option configures Open.
+type Option func(*options) error
+
+type options struct {
+	bucket    string
+	replicas  int
+	strict    bool
+	mode      Mode
+	policy    Policy
+	log       *slog.Logger
+	upcasters []goUpcaster
+}
+
+type goUpcaster struct {
+	topic string
+	from  int
+	fn    Upcaster
+}
+
+// WithBucket sets the KV bucket of the registry (default DefaultBucket).
+func WithBucket(name string) Option {
+	return func(o *options) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty bucket name", ErrInvalidOption)
+		}
+		o.bucket = name
+		return nil
+	}
+}
+
+// WithReplicas sets the replicas of the bucket when Open creates it (default 1).
+func WithReplicas(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > 5 {
+			return fmt.Errorf("%w: replicas must be 1 to 5, got %d", ErrInvalidOption, n)
+		}
+		o.replicas = n
+		return nil
+	}
+}
+
+// WithStrict makes the publish middleware refuse topics without a schema (ErrNoSchema).
+func WithStrict() Option {
+	return func(o *options) error { o.strict = true; return nil }
+}
+
+// WithDefaultMode sets the mode of topics with no mode of their own (default BACKWARD).
+func WithDefaultMode(m Mode) Option {
+	return func(o *options) error {
+		p, err := ParseMode(string(m))
+		o.mode = p
+		return err
+	}
+}
+
+// WithPolicy sets the policy of topics with no policy of their own (default STRICT).
+func WithPolicy(p Policy) Option {
+	return func(o *options) error {
+		q, err := ParsePolicy(string(p))
+		o.policy = q
+		return err
+	}
+}
+
+// WithUpcaster adds a Go upcaster from version from to from+1 of topic (see AddUpcaster).
+func WithUpcaster(topic string, from int, fn Upcaster) Option {
+	return func(o *options) error {
+		o.upcasters = append(o.upcasters, goUpcaster{topic: topic, from: from, fn: fn})
+		return nil
+	}
+}
+
+// WithLogger sets the logger (nil: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error { o.log = l; return nil }
+}
