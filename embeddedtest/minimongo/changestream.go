@@ -452,6 +452,4 @@ func updateDescription(old, new bson.D) bson.D {
 	return bson.D{{Key: "updatedFields", Value: upd}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
 }
 
-func sameValue(a, b any) bool {
-	return typeName(a) == typeName(b) && keyString(a) == keyString(b)
-}
+func sameValue(a, b any) bool { return identical(a, b) }

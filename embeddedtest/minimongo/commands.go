@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
 const (
@@ -110,11 +111,13 @@ func init() {
 
 // handle executes one wire message and returns the reply document.
 func (s *Server) handle(c *conn, m *message) bson.D {
-	var cmd bson.D
-	if err := bson.Unmarshal(m.body, &cmd); err != nil || len(cmd) == 0 {
+	if err := bsoncore.Document(m.body).Validate(); err != nil {
+		return errorReply(newErr(codeInvalidBSON, "invalid BSON in command: %v", err))
+	}
+	cmd, err := decodeDoc(bsoncore.Document(m.body))
+	if err != nil || len(cmd) == 0 {
 		return errorReply(newErr(codeFailedToParse, "invalid command document"))
 	}
-	cmd = normalize(cmd).(bson.D)
 	name := cmd[0].Key
 	db, _ := lookupField(cmd, "$db")
 	dbName, _ := db.(string)

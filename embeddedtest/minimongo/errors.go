@@ -9,6 +9,7 @@ import (
 // MongoDB error codes used by the server.
 const (
 	codeBadValue                  = 2
+	codeInvalidBSON               = 22
 	codeFailedToParse             = 9
 	codeTypeMismatch              = 14
 	codeInvalidLength             = 16
@@ -44,6 +45,7 @@ const (
 
 var codeNames = map[int32]string{
 	codeBadValue:                  "BadValue",
+	codeInvalidBSON:               "InvalidBSON",
 	codeFailedToParse:             "FailedToParse",
 	codeTypeMismatch:              "TypeMismatch",
 	codeInvalidLength:             "InvalidLength",

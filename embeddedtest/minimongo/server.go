@@ -195,9 +195,9 @@ func (s *Server) serveConn(c net.Conn, id int32) {
 		if m.flags&flagMoreToCome != 0 {
 			continue // the client does not expect an answer
 		}
-		raw, err := bson.Marshal(reply)
+		raw, err := encodeDoc(nil, reply)
 		if err != nil {
-			raw, _ = bson.Marshal(errorReply(err))
+			raw, _ = encodeDoc(nil, errorReply(err))
 		}
 		reqID++
 		if _, err := c.Write(encodeReply(reqID, m, raw)); err != nil {

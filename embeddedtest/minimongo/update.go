@@ -1,7 +1,6 @@
 package minimongo
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"math/big"
@@ -665,8 +664,4 @@ func upsertSeed(filter bson.D) (bson.D, error) {
 	return out, nil
 }
 
-func sameBytes(a, b bson.D) bool {
-	x, err1 := bson.Marshal(a)
-	y, err2 := bson.Marshal(b)
-	return err1 == nil && err2 == nil && bytes.Equal(x, y)
-}
+func sameBytes(a, b bson.D) bool { return identical(a, b) }

@@ -267,25 +267,45 @@ func keyString(v any) string {
 func writeKey(sb *strings.Builder, v any) {
 	sb.WriteByte(byte(typeRank(v)))
 	switch x := v.(type) {
-	case int32, int64, float64, bson.Decimal128, int:
-		n := toNum(x)
-		switch {
-		case n.nan:
-			sb.WriteString("nan")
-		case n.inf != 0:
-			sb.WriteString(strconv.Itoa(n.inf) + "inf")
-		default:
-			sb.WriteString(n.rat.RatString())
+	case int32:
+		sb.WriteString(strconv.FormatInt(int64(x), 10))
+	case int64:
+		sb.WriteString(strconv.FormatInt(x, 10))
+	case int:
+		sb.WriteString(strconv.Itoa(x))
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<62 {
+			sb.WriteString(strconv.FormatInt(int64(x), 10))
+			return
 		}
+		writeNumKey(sb, x)
+	case bson.Decimal128:
+		writeNumKey(sb, x)
 	case string:
-		sb.WriteString(strconv.Quote(x))
+		sb.WriteString(strconv.Itoa(len(x)))
+		sb.WriteByte(':')
+		sb.WriteString(x)
 	case bson.Symbol:
-		sb.WriteString(strconv.Quote(string(x)))
+		sb.WriteString(strconv.Itoa(len(x)))
+		sb.WriteByte(':')
+		sb.WriteString(string(x))
+	case bson.ObjectID:
+		sb.Write(x[:])
+	case bool:
+		if x {
+			sb.WriteByte('t')
+		} else {
+			sb.WriteByte('f')
+		}
+	case bson.DateTime:
+		sb.WriteString(strconv.FormatInt(int64(x), 10))
+	case nil, bson.Null, bson.Undefined, bson.MinKey, bson.MaxKey, emptyArray:
 	case bson.D:
 		sb.WriteByte('{')
 		for _, e := range x {
-			sb.WriteString(strconv.Quote(e.Key))
+			sb.WriteString(strconv.Itoa(len(e.Key)))
 			sb.WriteByte(':')
+			sb.WriteString(e.Key)
 			writeKey(sb, e.Value)
 			sb.WriteByte(',')
 		}
@@ -297,9 +317,71 @@ func writeKey(sb *strings.Builder, v any) {
 			sb.WriteByte(',')
 		}
 		sb.WriteByte(']')
+	case bson.Binary:
+		sb.WriteString(strconv.Itoa(int(x.Subtype)))
+		sb.WriteByte(':')
+		sb.WriteString(strconv.Itoa(len(x.Data)))
+		sb.WriteByte(':')
+		sb.Write(x.Data)
 	default:
-		fmt.Fprintf(sb, "%v", x)
+		fmt.Fprintf(sb, "%#v", x)
 	}
+}
+
+// writeNumKey encodes a number that is not a small integer; integral values
+// use the same form as int64 so that equal numbers share a key.
+func writeNumKey(sb *strings.Builder, v any) {
+	n := toNum(v)
+	switch {
+	case n.nan:
+		sb.WriteString("nan")
+	case n.inf != 0:
+		sb.WriteString(strconv.Itoa(n.inf) + "inf")
+	case n.rat.IsInt() && n.rat.Num().IsInt64() && math.Abs(float64(n.rat.Num().Int64())) < 1<<62:
+		sb.WriteString(strconv.FormatInt(n.rat.Num().Int64(), 10))
+	default:
+		sb.WriteString(n.rat.RatString())
+	}
+}
+
+// identical reports whether two values are the same BSON value of the same
+// type (field order included).
+func identical(a, b any) bool {
+	switch x := a.(type) {
+	case bson.D:
+		y, ok := b.(bson.D)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if x[i].Key != y[i].Key || !identical(x[i].Value, y[i].Value) {
+				return false
+			}
+		}
+		return true
+	case bson.A:
+		y, ok := b.(bson.A)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !identical(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case bson.Binary:
+		y, ok := b.(bson.Binary)
+		return ok && x.Subtype == y.Subtype && bytes.Equal(x.Data, y.Data)
+	case float64:
+		y, ok := b.(float64)
+		return ok && (x == y || (math.IsNaN(x) && math.IsNaN(y))) && math.Signbit(x) == math.Signbit(y)
+	case bson.CodeWithScope:
+		y, ok := b.(bson.CodeWithScope)
+		return ok && x.Code == y.Code && identical(x.Scope, y.Scope)
+	}
+	defer func() { _ = recover() }()
+	return a == b
 }
 
 // typeName returns MongoDB's alias for the BSON type of v.
