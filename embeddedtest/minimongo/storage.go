@@ -346,6 +346,7 @@ func (st *storage) sweep(now time.Time) {
 	st.expireTTL(now)
 	st.expireCursors(now)
 	st.expireTxns(now)
+	st.expireSessions(now)
 	st.s.cond.Broadcast()
 }
 
@@ -365,4 +366,15 @@ func (d *database) sortedCollNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// sessionTimeout matches the logicalSessionTimeoutMinutes reported by hello.
+const sessionTimeout = 30 * time.Minute
+
+func (st *storage) expireSessions(now time.Time) {
+	for k, sess := range st.sessions {
+		if now.Sub(sess.lastUsed) > sessionTimeout && (sess.txn == nil || sess.txn.state != txnActive) {
+			delete(st.sessions, k)
+		}
+	}
 }

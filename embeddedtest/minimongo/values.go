@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/big"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -506,38 +505,6 @@ func copyDoc(d bson.D) bson.D {
 		return nil
 	}
 	return deepCopy(d).(bson.D)
-}
-
-// normalize converts a decoded value into the canonical in-memory form.
-func normalize(v any) any {
-	switch x := v.(type) {
-	case bson.M:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		out := make(bson.D, 0, len(x))
-		for _, k := range keys {
-			out = append(out, bson.E{Key: k, Value: normalize(x[k])})
-		}
-		return out
-	case bson.D:
-		for i := range x {
-			x[i].Value = normalize(x[i].Value)
-		}
-		return x
-	case bson.A:
-		for i := range x {
-			x[i] = normalize(x[i])
-		}
-		return x
-	case bson.Null:
-		return nil
-	case int:
-		return int64(x)
-	}
-	return v
 }
 
 // formatValue renders a value in the shell-like notation MongoDB uses in
