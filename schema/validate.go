@@ -29,13 +29,23 @@ func compile(url string, doc any) (*jsonschema.Schema, error) {
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidSchema, err)
+		return nil, fmt.Errorf("%w: %s", ErrInvalidSchema, oneLine(err))
 	}
 	s, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidSchema, err)
+		return nil, fmt.Errorf("%w: %s", ErrInvalidSchema, oneLine(err))
 	}
 	return s, nil
+}
+
+// oneLine renders a multi-line error on one line, so "file: message" reports stay one line
+// per problem.
+func oneLine(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
+	}
+	return strings.Join(lines, " ")
 }
 
 // Compile checks that doc is a valid JSON Schema and returns a Validator for it. The error

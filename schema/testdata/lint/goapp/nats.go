@@ -1,0 +1,9 @@
+package main
+
+type conn struct{}
+
+func (conn) PublishAsync(subject string, data []byte) error { return nil }
+
+func raw(nc conn) {
+	_ = nc.PublishAsync("orders.created.p0", nil)
+}
