@@ -119,7 +119,7 @@ func (b *Bus) writeSync(ctx context.Context, e *jetbus.Event) error {
 	if err != nil {
 		return err
 	}
-	ack, err := b.js.PublishMsg(ctx, msg, natsjs.WithExpectStream(jetbus.StreamName(e.Topic)))
+	ack, err := b.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return b.publishError(e.Topic, err)
 	}
@@ -180,7 +180,7 @@ func (b *Bus) writeAsync(ctx context.Context, e *jetbus.Event) error {
 	if err != nil {
 		return err
 	}
-	fut, err := b.js.PublishMsgAsync(msg, natsjs.WithExpectStream(jetbus.StreamName(e.Topic)))
+	fut, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
 		return b.publishError(e.Topic, err)
 	}

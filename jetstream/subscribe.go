@@ -186,9 +186,12 @@ type partConsumer struct {
 	gm        *groupMetrics
 	log       *slog.Logger
 
-	mu    sync.Mutex
-	iter  natsjs.MessagesContext
-	pinID string // the pin the server gave this client, if it ever did
+	mu   sync.Mutex
+	iter natsjs.MessagesContext
+
+	// pinID is the pin the server gave this client, if it ever did. Only the partition's own
+	// goroutine (run, consume and the deferred release) touches it.
+	pinID string
 }
 
 func (pc *partConsumer) stopIter() {
@@ -280,11 +283,11 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		if err != nil {
 			return err
 		}
-		pc.gm.poll(time.Since(t0))
-		if pin := msg.Headers().Get("Nats-Pin-Id"); pin != "" {
-			pc.mu.Lock()
+		if pc.gm != nil {
+			pc.gm.poll(time.Since(t0))
+		}
+		if pin := msg.Headers().Get("Nats-Pin-Id"); pin != "" && pin != pc.pinID {
 			pc.pinID = pin
-			pc.mu.Unlock()
 		}
 		if pc.sub.stopping() && !pc.sub.draining.Load() {
 			// Fetched but not started: give it back so the next owner gets it at once.
@@ -324,10 +327,15 @@ func (pc *partConsumer) handle(msg natsjs.Msg) {
 		key = pendingKey{topic: pc.topic, group: s.group, id: e.ID}
 		s.bus.addPending(key, &pendingDelivery{msg: msg, sub: s, pc: pc, attempt: d.Attempt})
 	}
-	pc.gm.deliver()
-	t0 := time.Now()
+	var t0 time.Time
+	if pc.gm != nil {
+		pc.gm.deliver()
+		t0 = time.Now()
+	}
 	err = pc.call(d)
-	pc.gm.handled(time.Since(t0))
+	if pc.gm != nil {
+		pc.gm.handled(time.Since(t0))
+	}
 	if s.opts.ManualAck {
 		if err == nil {
 			return // settled by Bus.Ack or Bus.Nack
@@ -387,9 +395,7 @@ func truncate(s string, n int) string {
 // so the next owner gets them first and in order; then the pin is released, so the next
 // subscriber does not wait for the pin TTL.
 func (pc *partConsumer) release() {
-	pc.mu.Lock()
 	pin := pc.pinID
-	pc.mu.Unlock()
 	if pin == "" {
 		return // never consumed: nothing to hand back, and the pin is someone else's
 	}

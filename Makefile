@@ -1,0 +1,45 @@
+# jetbus — make targets. Only Go is required; everything else is fetched by the Go toolchain.
+GO        ?= go
+PKGS      ?= ./...
+BENCHTIME ?= 20000x
+
+.PHONY: all build test test-short race vet fmt-check lint bench soak dev clean
+
+all: build test
+
+build:
+	$(GO) build $(PKGS)
+
+## test: vet, gofmt check and every test with the race detector (embedded NATS and MongoDB backend).
+test: vet fmt-check
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## test-short: the quick subset (no cluster runs, smaller churn).
+test-short:
+	$(GO) test -race -count=1 -short $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt: not formatted:"; echo "$$out"; exit 1; fi
+
+## lint: vet, gofmt, and jetbus's own linter over the repository (topic names, headers, schemas).
+lint: vet fmt-check
+	$(GO) run ./cmd/bridge lint --schemas schemas .
+
+## bench: every benchmark, Bus vs raw nats.go and driver calls in the same run (see BENCHMARKS.md).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 30m $(PKGS)
+
+## soak: long churn and chaos runs, behind the soak build tag.
+soak:
+	$(GO) test -race -count=1 -tags soak -run Soak -timeout 60m $(PKGS)
+
+## dev: embedded NATS (JetStream under ./data) and the MongoDB test backend, until Ctrl-C.
+dev:
+	$(GO) run ./cmd/bridge dev
+
+clean:
+	rm -rf data bin
