@@ -172,3 +172,52 @@ func appendElem(dst []byte, key string, v any) ([]byte, error) {
 	// raw is {key: v}; copy its single element
 	return append(dst, raw[4:len(raw)-1]...), nil
 }
+
+// docSize returns the encoded size of d in bytes.
+func docSize(d bson.D) int {
+	n := 5
+	for _, e := range d {
+		n += 2 + len(e.Key) + valueSize(e.Value)
+	}
+	return n
+}
+
+func valueSize(v any) int {
+	switch x := v.(type) {
+	case nil, bson.Undefined, bson.MinKey, bson.MaxKey:
+		return 0
+	case bool:
+		return 1
+	case int32:
+		return 4
+	case float64, int64, bson.DateTime, bson.Timestamp:
+		return 8
+	case bson.ObjectID:
+		return 12
+	case bson.Decimal128:
+		return 16
+	case string:
+		return 5 + len(x)
+	case bson.Symbol:
+		return 5 + len(x)
+	case bson.JavaScript:
+		return 5 + len(x)
+	case bson.D:
+		return docSize(x)
+	case bson.A:
+		n := 5
+		for i, e := range x {
+			n += 2 + len(strconv.Itoa(i)) + valueSize(e)
+		}
+		return n
+	case bson.Binary:
+		return 5 + len(x.Data)
+	case bson.Regex:
+		return 2 + len(x.Pattern) + len(x.Options)
+	}
+	raw, err := bson.Marshal(bson.D{{Key: "v", Value: v}})
+	if err != nil {
+		return 0
+	}
+	return len(raw) - 8
+}

@@ -23,6 +23,38 @@ type event struct {
 	images    bool // the collection records pre- and post-images
 	lsid      bson.D
 	txnNumber *int64
+	idx       uint32 // position among the events of one transaction
+}
+
+// pos is a position in the oplog: a cluster time and an index within the
+// events sharing it (the operations of one transaction share a cluster time).
+type pos struct {
+	ts  bson.Timestamp
+	idx uint32
+}
+
+const maxIdx = ^uint32(0)
+
+func (e *event) pos() pos { return pos{ts: e.ts, idx: e.idx} }
+
+func posLess(a, b pos) bool {
+	if a.ts != b.ts {
+		return tsLess(a.ts, b.ts)
+	}
+	return a.idx < b.idx
+}
+
+// prevPos returns the greatest position before p.
+func prevPos(p pos) pos {
+	switch {
+	case p.idx > 0:
+		return pos{ts: p.ts, idx: p.idx - 1}
+	case p.ts.I > 0:
+		return pos{ts: bson.Timestamp{T: p.ts.T, I: p.ts.I - 1}, idx: maxIdx}
+	case p.ts.T > 0:
+		return pos{ts: bson.Timestamp{T: p.ts.T - 1, I: ^uint32(0)}, idx: maxIdx}
+	}
+	return p
 }
 
 // Resume token kinds, ordered after the cluster time in the token.
@@ -34,13 +66,21 @@ const (
 
 // appendEvent records an event with a new cluster time and wakes waiting
 // change streams.
-func (st *storage) appendEvent(ev *event) {
-	ev.ts = st.nextTS()
-	ev.wall = time.Now()
-	st.oplog = append(st.oplog, ev)
+func (st *storage) appendEvent(ev *event) { st.appendEvents([]*event{ev}) }
+
+// appendEvents records events sharing one cluster time, in order.
+func (st *storage) appendEvents(evs []*event) {
+	if len(evs) == 0 {
+		return
+	}
+	ts, now := st.nextTS(), time.Now()
+	for i, ev := range evs {
+		ev.ts, ev.idx, ev.wall = ts, uint32(i), now
+	}
+	st.oplog = append(st.oplog, evs...)
 	if max := st.s.opts.OplogSize; len(st.oplog) > max {
 		drop := len(st.oplog) - max
-		st.lostTS = st.oplog[drop-1].ts
+		st.lost, st.lostPos = true, st.oplog[drop-1].pos()
 		for i := 0; i < drop; i++ {
 			st.oplog[i] = nil
 		}
@@ -53,31 +93,33 @@ func (st *storage) appendEvent(ev *event) {
 	st.notify = make(chan struct{})
 }
 
-func makeToken(ts bson.Timestamp, kind byte) bson.D {
-	var b [10]byte
+func makeToken(p pos, kind byte) bson.D {
+	var b [14]byte
 	b[0] = 0x82
-	binary.BigEndian.PutUint32(b[1:], ts.T)
-	binary.BigEndian.PutUint32(b[5:], ts.I)
-	b[9] = kind
+	binary.BigEndian.PutUint32(b[1:], p.ts.T)
+	binary.BigEndian.PutUint32(b[5:], p.ts.I)
+	binary.BigEndian.PutUint32(b[9:], p.idx)
+	b[13] = kind
 	return bson.D{{Key: "_data", Value: strings.ToUpper(hex.EncodeToString(b[:]))}}
 }
 
-func parseToken(v any) (bson.Timestamp, byte, error) {
+func parseToken(v any) (pos, byte, error) {
 	d, ok := v.(bson.D)
 	bad := newErr(codeInvalidResumeToken, "Invalid resume token: %s", formatValue(v))
 	if !ok {
-		return bson.Timestamp{}, 0, bad
+		return pos{}, 0, bad
 	}
 	data, _ := lookupField(d, "_data")
 	s, ok := data.(string)
 	if !ok {
-		return bson.Timestamp{}, 0, bad
+		return pos{}, 0, bad
 	}
 	b, err := hex.DecodeString(s)
-	if err != nil || len(b) != 10 || b[0] != 0x82 {
-		return bson.Timestamp{}, 0, bad
+	if err != nil || len(b) != 14 || b[0] != 0x82 || b[13] > tokHighWater {
+		return pos{}, 0, bad
 	}
-	return bson.Timestamp{T: binary.BigEndian.Uint32(b[1:]), I: binary.BigEndian.Uint32(b[5:])}, b[9], nil
+	ts := bson.Timestamp{T: binary.BigEndian.Uint32(b[1:]), I: binary.BigEndian.Uint32(b[5:])}
+	return pos{ts: ts, idx: binary.BigEndian.Uint32(b[9:])}, b[13], nil
 }
 
 func tsLess(a, b bson.Timestamp) bool { return a.T < b.T || (a.T == b.T && a.I < b.I) }
@@ -85,7 +127,7 @@ func tsLess(a, b bson.Timestamp) bool { return a.T < b.T || (a.T == b.T && a.I <
 // changeStream is the state of a change stream cursor.
 type changeStream struct {
 	db, coll     string // coll "" watches a database; db "" the whole deployment
-	after        bson.Timestamp
+	after        pos
 	inclusive    bool // deliver the event at exactly after (startAtOperationTime)
 	fullDoc      string
 	fullDocPre   string
@@ -189,29 +231,30 @@ func (r *request) openChangeStream(collName string, spec any, rest bson.A) (bson
 	} else if r.db == "admin" || r.db == "config" || r.db == "local" {
 		return nil, newErr(codeInvalidNamespace, "$changeStream may not be opened on the internal %s database", r.db)
 	}
-	cs.after = r.st.clusterTime()
+	cs.after = pos{ts: r.st.clusterTime(), idx: maxIdx}
 	switch {
 	case resume != nil || startAfter != nil:
 		tok := resume
 		if tok == nil {
 			tok = startAfter
 		}
-		ts, kind, err := parseToken(tok)
+		p, kind, err := parseToken(tok)
 		if err != nil {
 			return nil, err
 		}
 		if kind == tokInvalidate && resume != nil {
 			return nil, newErr(codeInvalidResumeToken, "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification.")
 		}
-		if r.st.lostTS.T != 0 && !tsLess(r.st.lostTS, ts) {
+		if r.st.lost && !posLess(r.st.lostPos, p) {
 			return nil, historyLost()
 		}
-		cs.after = ts
+		cs.after = p
 	case startAt != nil:
-		if r.st.lostTS.T != 0 && !tsLess(r.st.lostTS, *startAt) {
+		p := pos{ts: *startAt}
+		if r.st.lost && !posLess(r.st.lostPos, p) {
 			return nil, historyLost()
 		}
-		cs.after, cs.inclusive = *startAt, true
+		cs.after, cs.inclusive = p, true
 	}
 	for _, raw := range rest {
 		st, err := parseStage(raw)
@@ -293,7 +336,7 @@ func (r *request) streamGetMore(cur *cursor, batch int, wait time.Duration) (bso
 
 // collectEvents renders up to batch events after the stream's position.
 func (st *storage) collectEvents(cs *changeStream, batch int) ([]bson.D, bson.D, error) {
-	if st.lostTS.T != 0 && ((!cs.inclusive && tsLess(cs.after, st.lostTS)) || (cs.inclusive && !tsLess(st.lostTS, cs.after))) {
+	if st.lost && ((!cs.inclusive && posLess(cs.after, st.lostPos)) || (cs.inclusive && !posLess(st.lostPos, cs.after))) {
 		return nil, nil, historyLost()
 	}
 	var out []bson.D
@@ -304,19 +347,19 @@ func (st *storage) collectEvents(cs *changeStream, batch int) ([]bson.D, bson.D,
 		tok := *cs.pendingInval
 		cs.pendingInval = nil
 		cs.done = true
-		return []bson.D{{{Key: "_id", Value: tok}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: cs.after}, {Key: "wallTime", Value: bson.NewDateTimeFromTime(time.Now())}}}, tok, nil
+		return []bson.D{{{Key: "_id", Value: tok}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: cs.after.ts}, {Key: "wallTime", Value: bson.NewDateTimeFromTime(time.Now())}}}, tok, nil
 	}
 	i := sort.Search(len(st.oplog), func(i int) bool {
-		ts := st.oplog[i].ts
+		p := st.oplog[i].pos()
 		if cs.inclusive {
-			return !tsLess(ts, cs.after)
+			return !posLess(p, cs.after)
 		}
-		return tsLess(cs.after, ts)
+		return posLess(cs.after, p)
 	})
 	var lastTok bson.D
 	for ; i < len(st.oplog) && len(out) < batch; i++ {
 		ev := st.oplog[i]
-		cs.after, cs.inclusive = ev.ts, false
+		cs.after, cs.inclusive = ev.pos(), false
 		if !cs.watches(ev) {
 			continue
 		}
@@ -324,7 +367,7 @@ func (st *storage) collectEvents(cs *changeStream, batch int) ([]bson.D, bson.D,
 		if err != nil {
 			return nil, nil, err
 		}
-		tok := makeToken(ev.ts, tokEvent)
+		tok := makeToken(ev.pos(), tokEvent)
 		docs, err := runStages([]bson.D{doc}, cs.stages)
 		if err != nil {
 			return nil, nil, err
@@ -337,7 +380,7 @@ func (st *storage) collectEvents(cs *changeStream, batch int) ([]bson.D, bson.D,
 			lastTok = tok
 		}
 		if cs.invalidates(ev) {
-			inv := makeToken(ev.ts, tokInvalidate)
+			inv := makeToken(ev.pos(), tokInvalidate)
 			if len(out) < batch {
 				cs.done = true
 				out = append(out, bson.D{{Key: "_id", Value: inv}, {Key: "operationType", Value: "invalidate"}, {Key: "clusterTime", Value: ev.ts}, {Key: "wallTime", Value: bson.NewDateTimeFromTime(ev.wall)}})
@@ -348,12 +391,12 @@ func (st *storage) collectEvents(cs *changeStream, batch int) ([]bson.D, bson.D,
 		}
 	}
 	if i >= len(st.oplog) {
-		hw := st.clusterTime()
-		if tsLess(cs.after, hw) && !cs.inclusive {
-			cs.after = hw
-		}
+		hw := pos{ts: st.clusterTime(), idx: maxIdx}
 		if cs.inclusive {
-			return out, makeToken(cs.after, tokHighWater), nil
+			return out, makeToken(prevPos(cs.after), tokHighWater), nil
+		}
+		if posLess(cs.after, hw) {
+			cs.after = hw
 		}
 		return out, makeToken(hw, tokHighWater), nil
 	}
@@ -362,7 +405,7 @@ func (st *storage) collectEvents(cs *changeStream, batch int) ([]bson.D, bson.D,
 
 func (st *storage) renderEvent(cs *changeStream, ev *event) (bson.D, error) {
 	d := bson.D{
-		{Key: "_id", Value: makeToken(ev.ts, tokEvent)},
+		{Key: "_id", Value: makeToken(ev.pos(), tokEvent)},
 		{Key: "operationType", Value: ev.op},
 		{Key: "clusterTime", Value: ev.ts},
 		{Key: "wallTime", Value: bson.NewDateTimeFromTime(ev.wall)},

@@ -6,7 +6,26 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-const defaultFirstBatch = 101
+const (
+	defaultFirstBatch = 101
+	maxBatchBytes     = 16 * 1024 * 1024
+)
+
+// batchLen returns how many of docs fit in one batch: at most n documents and,
+// as in MongoDB, no more than 16 MiB (but always at least one document).
+func batchLen(docs []bson.D, n int) int {
+	if n <= 0 || n > len(docs) {
+		n = len(docs)
+	}
+	size := 0
+	for i := 0; i < n; i++ {
+		size += docSize(docs[i])
+		if size > maxBatchBytes && i > 0 {
+			return i
+		}
+	}
+	return n
+}
 
 // cursor holds the remaining results of a query, or a change stream.
 type cursor struct {
@@ -49,9 +68,9 @@ func (r *request) cursorReply(ns string, docs []bson.D, batchSize int, singleBat
 	if batchSize < 0 {
 		batchSize = defaultFirstBatch
 	}
-	n := len(docs)
-	if batchSize < n {
-		n = batchSize
+	n := 0
+	if batchSize > 0 {
+		n = batchLen(docs, batchSize)
 	}
 	first, rest := docs[:n], docs[n:]
 	var id int64
@@ -102,10 +121,7 @@ func cmdGetMore(r *request) (bson.D, error) {
 		}
 		return r.streamGetMore(cur, batch, wait)
 	}
-	n := len(cur.docs)
-	if batch > 0 && batch < n {
-		n = batch
-	}
+	n := batchLen(cur.docs, batch)
 	out := cur.docs[:n]
 	cur.docs = cur.docs[n:]
 	if len(cur.docs) == 0 {

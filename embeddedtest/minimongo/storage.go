@@ -42,7 +42,8 @@ type storage struct {
 	seq      uint64
 	lastTS   bson.Timestamp
 	oplog    []*event
-	lostTS   bson.Timestamp // newest event dropped from the oplog
+	lost     bool // events have been dropped from the oplog
+	lostPos  pos  // newest event dropped from the oplog
 	notify   chan struct{}
 	cursors  map[int64]*cursor
 	nextCur  int64

@@ -257,8 +257,8 @@ func (st *storage) commitTxn(tx *txn) error {
 	for _, ev := range tx.events {
 		ev.lsid = tx.sess.lsid
 		ev.txnNumber = &num
-		st.appendEvent(ev)
 	}
+	st.appendEvents(tx.events)
 	tx.state = txnCommitted
 	st.endTxn(tx)
 	return nil

@@ -311,11 +311,17 @@ var changeStreamTests = map[string]func(t *testing.T, env Env){
 		requireNoEvent(t, cs) // nothing before commit
 		require.NoError(t, sess.CommitTransaction(ctx))
 		want := []string{"insert a", "insert b", "update a"}
-		for _, w := range want {
+		var prev string
+		for i, w := range want {
 			ev := next(t, cs)
 			require.Equal(t, w, ev.OperationType+" "+ev.NS.Coll)
 			require.NotNil(t, ev.TxnNumber)
 			require.NotEmpty(t, ev.LSID)
+			tok := tokenData(t, ev.ID)
+			if i > 0 {
+				require.Less(t, prev, tok, "tokens of one transaction are ordered")
+			}
+			prev = tok
 		}
 	},
 	"PipelineAfterChangeStream": func(t *testing.T, env Env) {
