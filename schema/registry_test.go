@@ -408,3 +408,5 @@ func TestRegistryClosed(t *testing.T) {
 	pub := jetbus.ChainPublish(func(context.Context, *jetbus.Event) error { return nil }, r.PublishMiddleware())
 	require.True(t, errors.Is(pub(ctxT(t), &jetbus.Event{Topic: "x"}), schema.ErrClosed))
 }
+
+func natsjsNew(nc *nats.Conn) (natsjs.JetStream, error) { return natsjs.New(nc) }
