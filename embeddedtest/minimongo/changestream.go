@@ -89,8 +89,10 @@ func (st *storage) appendEvents(evs []*event) {
 			st.oplog = append([]*event(nil), st.oplog...)
 		}
 	}
-	close(st.notify)
-	st.notify = make(chan struct{})
+	if st.waiting > 0 {
+		close(st.notify)
+		st.notify = make(chan struct{})
+	}
 }
 
 func makeToken(p pos, kind byte) bson.D {
@@ -313,6 +315,7 @@ func (r *request) streamGetMore(cur *cursor, batch int, wait time.Duration) (bso
 		}
 		ch := st.notify
 		cur.inUse = true
+		st.waiting++
 		r.s.mu.Unlock()
 		t := time.NewTimer(remaining)
 		var closing bool
@@ -324,6 +327,7 @@ func (r *request) streamGetMore(cur *cursor, batch int, wait time.Duration) (bso
 		}
 		t.Stop()
 		r.s.mu.Lock()
+		st.waiting--
 		cur.inUse = false
 		if closing || r.s.closed {
 			return nil, newErr(codeInterruptedAtShutdown, "interrupted at shutdown")

@@ -42,6 +42,8 @@ type storage struct {
 	seq      uint64
 	lastTS   bson.Timestamp
 	oplog    []*event
+	retained bool // old versions or tombstones are kept for transactions
+	waiting  int  // change stream getMores waiting on notify
 	lost     bool // events have been dropped from the oplog
 	lostPos  pos  // newest event dropped from the oplog
 	notify   chan struct{}
@@ -309,10 +311,12 @@ func (st *storage) commitWrite(c *collection, key string, newDoc bson.D, seq uin
 	rec := &docRec{doc: newDoc, ver: st.ver, seq: seq}
 	if old != nil && keep {
 		rec.prev = old
+		st.retained = true
 	}
-	if old == nil {
-		c.order = nil
-	} else if old.doc == nil && newDoc != nil {
+	switch {
+	case old == nil && c.order != nil && (len(c.order) == 0 || c.docs[c.order[len(c.order)-1]].seq < seq):
+		c.order = append(c.order, key) // the common case: a new document goes last
+	case old == nil, old.doc == nil && newDoc != nil:
 		c.order = nil
 	}
 	c.docs[key] = rec
@@ -325,9 +329,10 @@ func (st *storage) nextSeq() uint64 {
 
 // gc drops old versions once no transaction can read them.
 func (st *storage) gc() {
-	if len(st.active) > 0 {
+	if len(st.active) > 0 || !st.retained {
 		return
 	}
+	st.retained = false
 	for _, d := range st.dbs {
 		for _, c := range d.colls {
 			for k, r := range c.docs {
