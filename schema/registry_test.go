@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/embeddedtest"
+	jbjs "github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/schema"
 )
 
@@ -397,6 +399,15 @@ func TestRegistrySurvivesRestart(t *testing.T) {
 	v2, err := r2.Register(ctx, "orders.created", []byte(orderV2), schema.WithMode(schema.ModeBackward))
 	require.NoError(t, err)
 	assert.Equal(t, 2, v2.Version)
+
+	// A Bus of a process started after the restart enforces the schemas.
+	p := startProcess(t, s2.ClientURL(), nil, false)
+	require.NoError(t, p.bus.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders.created"}))
+	_, err = p.bus.Publish(ctx, "orders.created", json.RawMessage(`{"id":"a"}`))
+	require.ErrorIs(t, err, schema.ErrInvalid)
+	ev, err := p.bus.Publish(ctx, "orders.created", json.RawMessage(`{"id":"a","qty":1,"note":"n"}`))
+	require.NoError(t, err)
+	assert.Equal(t, "2", ev.Header(jetbus.HeaderSchemaVersion))
 }
 
 func TestRegistryClosed(t *testing.T) {
