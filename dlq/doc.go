@@ -1,0 +1,48 @@
+// Package dlq keeps failed events: a handler middleware that moves an event the handler cannot
+// process to the dead-letter stream, a safety net for handlers that never returned, per-key
+// parking, and the tools to inspect, replay and discard dead letters.
+//
+// # Wire format
+//
+// Dead letters live in one stream, DLQ, on subjects "dlq.<topic>". A dead letter keeps the
+// original body and headers and adds x-dlq-reason, x-dlq-error, x-dlq-group, x-dlq-attempts,
+// x-dlq-original-subject, x-dlq-original-stream, x-dlq-original-seq, x-dlq-original-id and
+// x-dlq-ts (Unix ms). Its Nats-Msg-Id is "dlq:<stream>:<seq>:<group>", so moving the same
+// delivery twice (the middleware and the safety net, or a retry after a lost acknowledgement)
+// stores it once within the DLQ's duplicate window (default 24h).
+//
+// Reasons: "max-attempts" (the handler failed on its last attempt), "permanent" (it returned
+// jetbus.Permanent), "decode" (the body is not JSON; the handler was never called),
+// "max-deliveries" (the server gave up on a delivery whose handler never returned: crashed,
+// hung or timed out; moved by the safety net), "parked" (an earlier event of the same key is
+// dead-lettered in this group and parking is on).
+//
+// # Guarantees
+//
+// The middleware publishes the dead letter and waits for the server's acknowledgement before
+// the original is terminated. If the DLQ publish fails, the middleware returns an ordinary
+// error: the original is neither acknowledged nor terminated and is delivered again; if that
+// was its last attempt, the server stops delivering it and publishes a MAX_DELIVERIES
+// advisory, which the safety net (Sweeper) captures into the DLQ_ADVISORIES stream and turns
+// into a dead letter once the DLQ accepts it. Nothing is lost on either path.
+//
+// # Replay
+//
+// Replay republishes a dead letter to its original topic through the normal publish path
+// (validated, partitioned by key), with a new event ID derived from the dead letter (so
+// replaying twice stores one event), caused_by set to the original event's ID, and the header
+// x-dlq-replay-group naming the group it failed in: the middleware of every other group
+// acknowledges it without calling the handler, so only the group that failed sees it again.
+// The dead letter is removed once the republish is acknowledged.
+//
+// # Parking
+//
+// With parking on, once an event with key K is dead-lettered in group G, later events of K in
+// G are not handled: they are moved to the DLQ behind it with reason "parked", so per-key
+// order survives failures. Replaying (or discarding) the key's dead letters in order releases
+// it. Parking state lives in the KV bucket jetbus_dlq_parked, key "<group>.<stream>.<key in
+// base64url>", shared by every member of the group.
+//
+// This package does not decide when an event has failed: the Bus's attempt counting and
+// jetbus.Permanent do.
+package dlq

@@ -1,0 +1,33 @@
+package dlq
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotFound is returned by Show for a sequence that holds no dead letter.
+	ErrNotFound = errors.New("dlq: dead letter not found")
+	// ErrDLQUnavailable wraps a failed dead-letter publish. The middleware returns it (not as
+	// jetbus.Permanent) so the original event is delivered again.
+	ErrDLQUnavailable = errors.New("dlq: dead-letter stream unavailable")
+	// ErrInvalidFilter is returned for a filter with a bad topic, group or time range.
+	ErrInvalidFilter = errors.New("dlq: invalid filter")
+)
+
+// DeadLetteredError is what the middleware returns, wrapped in jetbus.Permanent, once an event
+// is stored in the DLQ: the Bus then terminates the original.
+type DeadLetteredError struct {
+	Reason string
+	Seq    uint64 // the dead letter's sequence in the DLQ stream
+	Err    error  // the handler's error, if any
+}
+
+func (e *DeadLetteredError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("dead-lettered (%s) at DLQ seq %d", e.Reason, e.Seq)
+	}
+	return fmt.Sprintf("dead-lettered (%s) at DLQ seq %d: %v", e.Reason, e.Seq, e.Err)
+}
+
+func (e *DeadLetteredError) Unwrap() error { return e.Err }

@@ -1,0 +1,161 @@
+package dlq
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetbus/jetbus"
+)
+
+// Letter is one dead letter.
+type Letter struct {
+	// Seq is the dead letter's sequence in the DLQ stream: its identity for Show.
+	Seq uint64
+	// Topic is the topic the event was consumed from.
+	Topic    string
+	Group    string
+	Reason   string
+	Error    string
+	Attempts int
+	// TS is when the event was dead-lettered.
+	TS time.Time
+	// The original message.
+	OriginalSubject string
+	OriginalStream  string
+	OriginalSeq     uint64
+	OriginalID      string
+	Key             string
+	Header          nats.Header
+	Body            json.RawMessage
+}
+
+// origin is a delivery to dead-letter, from the middleware or from the safety net.
+type origin struct {
+	topic, group   string
+	subject        string
+	stream         string
+	seq            uint64
+	id, key        string
+	header         nats.Header
+	data           []byte
+	attempts       int
+	reason, errMsg string
+}
+
+// msgID is the dead letter's Nats-Msg-Id: the same delivery moved twice is stored once.
+func (o *origin) msgID() string {
+	return "dlq:" + o.stream + ":" + strconv.FormatUint(o.seq, 10) + ":" + o.group
+}
+
+func (o *origin) msg(now time.Time) *nats.Msg {
+	h := make(nats.Header, len(o.header)+10)
+	for k, v := range o.header {
+		if strings.HasPrefix(k, "Nats-") {
+			continue // the original's server directives and dedup ID do not apply to the DLQ
+		}
+		h[k] = append([]string(nil), v...)
+	}
+	h.Set(jetbus.HeaderMsgID, o.msgID())
+	h.Set(HeaderReason, o.reason)
+	h.Set(HeaderError, truncate(oneLine(o.errMsg), 1024))
+	h.Set(HeaderGroup, o.group)
+	h.Set(HeaderAttempts, strconv.Itoa(o.attempts))
+	h.Set(HeaderOriginalSubject, o.subject)
+	h.Set(HeaderOriginalStream, o.stream)
+	h.Set(HeaderOriginalSeq, strconv.FormatUint(o.seq, 10))
+	h.Set(HeaderOriginalID, o.id)
+	h.Set(HeaderTS, strconv.FormatInt(now.UnixMilli(), 10))
+	return &nats.Msg{Subject: SubjectPrefix + o.topic, Header: h, Data: o.data}
+}
+
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// parseLetter reads a dead letter stored at seq.
+func parseLetter(seq uint64, subject string, h nats.Header, data []byte) (*Letter, error) {
+	topic, ok := strings.CutPrefix(subject, SubjectPrefix)
+	if !ok {
+		return nil, fmt.Errorf("dlq: %s is not a dead-letter subject", subject)
+	}
+	l := &Letter{
+		Seq:             seq,
+		Topic:           topic,
+		Group:           h.Get(HeaderGroup),
+		Reason:          h.Get(HeaderReason),
+		Error:           h.Get(HeaderError),
+		OriginalSubject: h.Get(HeaderOriginalSubject),
+		OriginalStream:  h.Get(HeaderOriginalStream),
+		OriginalID:      h.Get(HeaderOriginalID),
+		Key:             h.Get(jetbus.HeaderKey),
+		Header:          maps.Clone(h),
+		Body:            json.RawMessage(data),
+	}
+	l.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
+	l.OriginalSeq, _ = strconv.ParseUint(h.Get(HeaderOriginalSeq), 10, 64)
+	if ms, err := strconv.ParseInt(h.Get(HeaderTS), 10, 64); err == nil {
+		l.TS = time.UnixMilli(ms)
+	}
+	return l, nil
+}
+
+// Filter selects dead letters; empty fields match everything.
+type Filter struct {
+	Topic  string
+	Group  string
+	Reason string
+	Key    string
+	// Since and Until bound the time the event was dead-lettered (Until exclusive).
+	Since, Until time.Time
+}
+
+func (f *Filter) validate() error {
+	if f.Topic != "" {
+		if err := jetbus.ValidateTopic(f.Topic); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidFilter, err)
+		}
+	}
+	if f.Group != "" {
+		if err := jetbus.ValidateGroup(f.Group); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidFilter, err)
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return fmt.Errorf("%w: until %s is not after since %s", ErrInvalidFilter, f.Until, f.Since)
+	}
+	return nil
+}
+
+func (f *Filter) subject() string {
+	if f.Topic == "" {
+		return SubjectPrefix + ">"
+	}
+	return SubjectPrefix + f.Topic
+}
+
+func (f *Filter) match(l *Letter) bool {
+	return (f.Topic == "" || f.Topic == l.Topic) &&
+		(f.Group == "" || f.Group == l.Group) &&
+		(f.Reason == "" || f.Reason == l.Reason) &&
+		(f.Key == "" || f.Key == l.Key) &&
+		(f.Since.IsZero() || !l.TS.Before(f.Since)) &&
+		(f.Until.IsZero() || l.TS.Before(f.Until))
+}

@@ -1,0 +1,69 @@
+package dlq
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	deadLetters *prometheus.CounterVec
+	replayed    *prometheus.CounterVec
+	discarded   *prometheus.CounterVec
+	parkedKeys  prometheus.Gauge
+}
+
+func newMetrics(r prometheus.Registerer) (*metrics, error) {
+	if r == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_dead_letters_total", Help: "Events moved to the DLQ."}, []string{"topic", "group", "reason"}),
+		replayed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_replayed_total", Help: "Dead letters replayed to their topic."}, []string{"topic"}),
+		discarded:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_discarded_total", Help: "Dead letters discarded."}, []string{"topic"}),
+		parkedKeys:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "dlq_parked_keys", Help: "Keys parked behind a dead letter, as this process sees them."}),
+	}
+	for _, c := range []prometheus.Collector{m.deadLetters, m.replayed, m.discarded, m.parkedKeys} {
+		if err := r.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			switch c {
+			case m.deadLetters:
+				m.deadLetters = are.ExistingCollector.(*prometheus.CounterVec)
+			case m.replayed:
+				m.replayed = are.ExistingCollector.(*prometheus.CounterVec)
+			case m.discarded:
+				m.discarded = are.ExistingCollector.(*prometheus.CounterVec)
+			case m.parkedKeys:
+				m.parkedKeys = are.ExistingCollector.(prometheus.Gauge)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) deadLetter(topic, group, reason string) {
+	if m != nil {
+		m.deadLetters.WithLabelValues(topic, group, reason).Inc()
+	}
+}
+
+func (m *metrics) replay(topic string) {
+	if m != nil {
+		m.replayed.WithLabelValues(topic).Inc()
+	}
+}
+
+func (m *metrics) discard(topic string) {
+	if m != nil {
+		m.discarded.WithLabelValues(topic).Inc()
+	}
+}
+
+func (m *metrics) parked(delta float64) {
+	if m != nil {
+		m.parkedKeys.Add(delta)
+	}
+}
