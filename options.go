@@ -161,6 +161,8 @@ type SubscribeOptions struct {
 	// TakeOver makes the subscription take each partition's consumer from whichever client
 	// holds it now, instead of waiting for it to let go.
 	TakeOver bool
+	// KeyConcurrency, when above 1, handles up to that many keys of a partition at once.
+	KeyConcurrency int
 }
 
 // ApplySubscribeOptions applies opts over the defaults and validates the result.
@@ -185,6 +187,9 @@ func ApplySubscribeOptions(opts ...SubscribeOption) (SubscribeOptions, error) {
 		if err := ValidateTopic(t); err != nil {
 			return o, err
 		}
+	}
+	if o.KeyConcurrency > 1 && o.ManualAck {
+		return o, fmt.Errorf("%w: KeyConcurrency retries in place and cannot be combined with ManualAck", ErrInvalidOption)
 	}
 	return o, nil
 }
@@ -306,4 +311,21 @@ func OnlyPartitions(ps ...int) SubscribeOption {
 // fence, such as package partition's leases, that guarantees the previous holder stopped.
 func TakeOver() SubscribeOption {
 	return func(o *SubscribeOptions) error { o.TakeOver = true; return nil }
+}
+
+// KeyConcurrency handles up to n events of a partition at once, never two of the same key:
+// events are spread over n workers by key (events without a key by arrival), and each worker
+// handles its events in stream order. A failed event is retried in place, after its backoff,
+// before the next event of its key, so per-key order holds across retries; the ack deadline is
+// extended meanwhile. An event that exhausts MaxAttempts without being dead-lettered is
+// returned to the server like in the default mode. n ≤ 1 is the default: one event at a time
+// per partition, retries through the server. It cannot be combined with ManualAck.
+func KeyConcurrency(n int) SubscribeOption {
+	return func(o *SubscribeOptions) error {
+		if n < 0 {
+			return fmt.Errorf("%w: KeyConcurrency must not be negative, got %d", ErrInvalidOption, n)
+		}
+		o.KeyConcurrency = n
+		return nil
+	}
 }

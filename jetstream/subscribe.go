@@ -13,6 +13,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/partition"
 )
 
 // Subscribe implements jetbus.Bus. It creates or updates one durable consumer per (topic,
@@ -277,6 +278,12 @@ func (pc *partConsumer) run() {
 
 // consume handles messages until the iterator ends.
 func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
+	handle := pc.handle
+	if n := pc.sub.opts.KeyConcurrency; n > 1 {
+		ws := pc.startWorkers(n)
+		defer ws.stop()
+		handle = ws.dispatch
+	}
 	for {
 		t0 := time.Now()
 		msg, err := it.Next()
@@ -296,8 +303,54 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 			}
 			continue
 		}
-		pc.handle(msg)
+		handle(msg)
 	}
+}
+
+// keyWorkers spread a partition's messages over workers by key (KeyConcurrency).
+type keyWorkers struct {
+	pc   *partConsumer
+	in   []chan natsjs.Msg
+	wg   sync.WaitGroup
+	next int // round robin for keyless events
+}
+
+func (pc *partConsumer) startWorkers(n int) *keyWorkers {
+	ws := &keyWorkers{pc: pc, in: make([]chan natsjs.Msg, n)}
+	for i := range ws.in {
+		ws.in[i] = make(chan natsjs.Msg, pc.sub.opts.BatchSize/n+1)
+		ws.wg.Add(1)
+		go func(in <-chan natsjs.Msg) {
+			defer ws.wg.Done()
+			for msg := range in {
+				if pc.sub.stopping() && !pc.sub.draining.Load() {
+					_ = msg.Nak()
+					continue
+				}
+				pc.handle(msg)
+			}
+		}(ws.in[i])
+	}
+	return ws
+}
+
+func (ws *keyWorkers) dispatch(msg natsjs.Msg) {
+	var i int
+	if key := msg.Headers().Get(jetbus.HeaderKey); key != "" {
+		i = int(partition.Hash(key) % uint64(len(ws.in)))
+	} else {
+		i = ws.next
+		ws.next = (ws.next + 1) % len(ws.in)
+	}
+	ws.in[i] <- msg
+}
+
+// stop lets the workers finish what they were given and waits for them.
+func (ws *keyWorkers) stop() {
+	for _, in := range ws.in {
+		close(in)
+	}
+	ws.wg.Wait()
 }
 
 // handle runs the handler chain on one message and settles it.
@@ -333,6 +386,14 @@ func (pc *partConsumer) handle(msg natsjs.Msg) {
 		t0 = time.Now()
 	}
 	err = pc.call(d)
+	for err != nil && s.opts.KeyConcurrency > 1 && !jetbus.IsPermanent(err) && d.Attempt < s.opts.MaxAttempts {
+		// Retry in place so the key's next event waits for this one.
+		if !pc.holdFor(msg, s.opts.Backoff(d.Attempt)) {
+			break // stopping: the server gets it back
+		}
+		d.Attempt++
+		err = pc.call(d)
+	}
 	if pc.gm != nil {
 		pc.gm.handled(time.Since(t0))
 	}
@@ -345,6 +406,30 @@ func (pc *partConsumer) handle(msg natsjs.Msg) {
 		}
 	}
 	pc.settle(msg, d.Attempt, e, err)
+}
+
+// holdFor waits d while keeping msg's ack deadline alive. It returns false when the
+// subscription stops (without draining) meanwhile.
+func (pc *partConsumer) holdFor(msg natsjs.Msg, d time.Duration) bool {
+	tick := max(pc.sub.opts.AckTimeout/3, time.Millisecond)
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return true
+		}
+		t := time.NewTimer(min(left, tick))
+		select {
+		case <-pc.sub.stopCh:
+			t.Stop()
+			if !pc.sub.draining.Load() {
+				return false
+			}
+			<-t.C
+		case <-t.C:
+		}
+		_ = msg.InProgress()
+	}
 }
 
 // call runs the handler chain, turning a panic into an error.
