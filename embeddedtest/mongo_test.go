@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/jetbus/jetbus/embeddedtest"
+	"github.com/jetbus/jetbus/embeddedtest/minimongo"
 	"github.com/jetbus/jetbus/embeddedtest/minimongo/mongotest"
 )
 
@@ -32,4 +33,27 @@ func TestMongoDatabasePerTest(t *testing.T) {
 	n, err := b.Collection("c").CountDocuments(ctx, bson.D{})
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// TestMongoExternalURI exercises the JETBUS_TEST_MONGO_URI path with a deployment the test
+// starts itself: the helpers connect to it and drop the test's database afterwards.
+func TestMongoExternalURI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := minimongo.Start(minimongo.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	t.Setenv(embeddedtest.MongoURIEnv, s.URI())
+	var name string
+	t.Run("uses", func(t *testing.T) {
+		require.Equal(t, s.URI(), embeddedtest.MongoURI(t))
+		db := embeddedtest.Mongo(t)
+		name = db.Name()
+		_, err := db.Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}})
+		require.NoError(t, err)
+	})
+	db := embeddedtest.Mongo(t)
+	names, err := db.Client().ListDatabaseNames(ctx, bson.D{{Key: "name", Value: name}})
+	require.NoError(t, err)
+	require.Empty(t, names, "the test database is dropped at cleanup")
 }

@@ -94,7 +94,6 @@ var queryCases = []struct {
 	{"mod", D("n", D("$mod", A(2, 1))), []int32{1, 2, 3}},
 	{"date gt", D("when", D("$gt", bson.DateTime(500))), []int32{6}},
 	{"bool", D("b", true), []int32{6}},
-	{"minKey compare", D("n", D("$gt", bson.MinKey{})), []int32{1, 2, 3, 4, 5, 7}},
 }
 
 var queryTests = map[string]func(t *testing.T, env Env){
