@@ -13,26 +13,33 @@ import (
 	"github.com/jetbus/jetbus"
 )
 
-// encode builds the wire message of e for subject.
+// encode builds the wire message of e for subject. Header values share one backing array:
+// this runs for every publish.
 func encode(e *jetbus.Event, subject string) *nats.Msg {
-	h := make(nats.Header, 6+len(e.Headers))
-	h[jetbus.HeaderMsgID] = []string{e.ID}
-	h[jetbus.HeaderTS] = []string{strconv.FormatInt(e.TS.UnixMilli(), 10)}
-	h[jetbus.HeaderContentType] = []string{jetbus.ContentTypeJSON}
+	n := 6 + len(e.Headers)
+	h := make(nats.Header, n)
+	vals := make([]string, 0, n)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set(jetbus.HeaderMsgID, e.ID)
+	set(jetbus.HeaderTS, strconv.FormatInt(e.TS.UnixMilli(), 10))
+	set(jetbus.HeaderContentType, jetbus.ContentTypeJSON)
 	if e.Key != "" {
-		h[jetbus.HeaderKey] = []string{e.Key}
+		set(jetbus.HeaderKey, e.Key)
 	}
 	if e.SID != "" {
-		h[jetbus.HeaderSID] = []string{e.SID}
+		set(jetbus.HeaderSID, e.SID)
 	}
 	if len(e.CausedBy) > 0 {
-		h[jetbus.HeaderCausedBy] = []string{strings.Join(e.CausedBy, ",")}
+		set(jetbus.HeaderCausedBy, strings.Join(e.CausedBy, ","))
 	}
 	if len(e.Tags) > 0 {
-		h[jetbus.HeaderTags] = []string{strings.Join(e.Tags, ",")}
+		set(jetbus.HeaderTags, strings.Join(e.Tags, ","))
 	}
 	for k, v := range e.Headers {
-		h[k] = []string{v}
+		set(k, v)
 	}
 	return &nats.Msg{Subject: subject, Header: h, Data: e.Payload}
 }
