@@ -45,6 +45,7 @@ func Run(t *testing.T, setup func(t *testing.T) Env) {
 		{"Txn", txnTests},
 		{"ChangeStream", changeStreamTests},
 		{"Errors", errorTests},
+		{"Extras", extraTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
