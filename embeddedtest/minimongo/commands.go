@@ -148,7 +148,11 @@ func (s *Server) handle(c *conn, m *message) bson.D {
 
 func (s *Server) withClusterTime(reply bson.D) bson.D {
 	ct := s.st.clusterTime()
-	return append(reply,
+	// copy: reply may be shared (a recorded retryable-write reply) and is
+	// encoded after the lock is released
+	out := make(bson.D, len(reply), len(reply)+2)
+	copy(out, reply)
+	return append(out,
 		bson.E{Key: "$clusterTime", Value: bson.D{
 			{Key: "clusterTime", Value: ct},
 			{Key: "signature", Value: bson.D{

@@ -19,6 +19,53 @@ func count(t *testing.T, ctx context.Context, coll *mongo.Collection, filter any
 }
 
 var txnTests = map[string]func(t *testing.T, env Env){
+	"ConcurrentTransactions": func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		coll := env.DB.Collection("c")
+		_, err := coll.InsertOne(ctx, D("_id", "counter", "n", 0))
+		require.NoError(t, err)
+		cs := watch(t, coll, A(D("$match", D("operationType", "update"))))
+		const workers, rounds = 4, 10
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			go func(w int) {
+				sess, err := env.DB.Client().StartSession()
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer sess.EndSession(ctx)
+				for i := 0; i < rounds; i++ {
+					_, err := sess.WithTransaction(ctx, func(sctx context.Context) (any, error) {
+						if _, err := coll.UpdateOne(sctx, D("_id", "counter"), D("$inc", D("n", 1))); err != nil {
+							return nil, err
+						}
+						_, err := coll.InsertOne(sctx, D("w", w, "i", i))
+						return nil, err
+					})
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}(w)
+		}
+		for w := 0; w < workers; w++ {
+			require.NoError(t, <-errs)
+		}
+		var got struct {
+			N int `bson:"n"`
+		}
+		require.NoError(t, coll.FindOne(ctx, D("_id", "counter")).Decode(&got))
+		require.Equal(t, workers*rounds, got.N)
+		require.Equal(t, int64(workers*rounds+1), count(t, ctx, coll, D()))
+		for i := 0; i < workers*rounds; i++ {
+			ev := next(t, cs)
+			require.Equal(t, "update", ev.OperationType)
+		}
+		requireNoEvent(t, cs)
+	},
 	"CommitAndAbort": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
 		a, b := env.DB.Collection("a"), env.DB.Collection("b")
