@@ -147,6 +147,9 @@ func (st *storage) createColl(db, name string) (*collection, error) {
 func (st *storage) dropColl(c *collection) {
 	d := st.dbs[c.db]
 	delete(d.colls, c.name)
+	if len(d.colls) == 0 {
+		delete(st.dbs, c.db) // a database without collections does not exist
+	}
 	st.ver++
 	st.appendEvent(&event{op: "drop", db: c.db, coll: c.name})
 }
@@ -164,7 +167,6 @@ func (st *storage) dropDB(name string) {
 	for _, n := range names {
 		st.dropColl(d.colls[n])
 	}
-	delete(st.dbs, name)
 	st.appendEvent(&event{op: "dropDatabase", db: name})
 }
 

@@ -64,6 +64,12 @@ var adminTests = map[string]func(t *testing.T, env Env){
 		dbs, err = env.DB.Client().ListDatabaseNames(ctx, D("name", env.DB.Name()))
 		require.NoError(t, err)
 		require.Empty(t, dbs)
+		// dropping the last collection removes the database
+		require.NoError(t, env.DB.CreateCollection(ctx, "only"))
+		require.NoError(t, env.DB.Collection("only").Drop(ctx))
+		dbs, err = env.DB.Client().ListDatabaseNames(ctx, D("name", env.DB.Name()))
+		require.NoError(t, err)
+		require.Empty(t, dbs)
 	},
 	"EndSessions": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
