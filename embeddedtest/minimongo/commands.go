@@ -141,6 +141,7 @@ func (s *Server) handle(c *conn, m *message) bson.D {
 	r := &request{s: s, st: s.st, conn: c, name: name, db: dbName, cmd: cmd}
 	reply, err := s.dispatch(r)
 	if err != nil {
+		s.log.Debug("minimongo: command failed", "command", name, "db", dbName, "conn", c.id, "error", err)
 		reply = errorReply(err)
 	}
 	return s.withClusterTime(reply)

@@ -150,18 +150,30 @@ func (s *Server) acceptLoop() {
 	}
 }
 
-// sweepLoop expires TTL documents, idle cursors and stale transactions.
+// sweepLoop expires TTL documents, idle cursors, stale transactions and
+// idle sessions.
 func (s *Server) sweepLoop() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.opts.TTLInterval)
+	// Cursor, transaction and session expiry are checked at least every
+	// second; TTL indexes every TTLInterval.
+	tick := s.opts.TTLInterval
+	if tick > time.Second {
+		tick = time.Second
+	}
+	t := time.NewTicker(tick)
 	defer t.Stop()
+	lastTTL := time.Now()
 	for {
 		select {
 		case <-s.closing:
 			return
-		case <-t.C:
+		case now := <-t.C:
 			s.mu.Lock()
-			s.st.sweep(time.Now())
+			if now.Sub(lastTTL) >= s.opts.TTLInterval-tick/2 {
+				s.st.expireTTL(now)
+				lastTTL = now
+			}
+			s.st.sweep(now)
 			s.mu.Unlock()
 		}
 	}

@@ -349,9 +349,8 @@ func (st *storage) gc() {
 	}
 }
 
-// sweep performs periodic maintenance.
+// sweep expires idle cursors, old transactions and idle sessions.
 func (st *storage) sweep(now time.Time) {
-	st.expireTTL(now)
 	st.expireCursors(now)
 	st.expireTxns(now)
 	st.expireSessions(now)
