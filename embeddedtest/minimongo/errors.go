@@ -149,8 +149,7 @@ func writeErrorDoc(index int, err error) bson.D {
 	d := bson.D{
 		{Key: "index", Value: int32(index)},
 		{Key: "code", Value: ce.Code},
-		{Key: "codeName", Value: ce.codeName()},
-		{Key: "errmsg", Value: ce.Msg},
 	}
-	return append(d, ce.Extra...)
+	d = append(d, ce.Extra...)
+	return append(d, bson.E{Key: "errmsg", Value: ce.Msg})
 }

@@ -277,8 +277,13 @@ func applyOp(doc bson.D, o updOp, insert bool, orig bson.D) (bson.D, error) {
 		if exists {
 			a, ok := old.(bson.A)
 			if !ok {
-				if o.op == "$pull" || o.op == "$pullAll" {
-					return nil, errBadValue("Cannot apply $pull to a non-array value")
+				switch o.op {
+				case "$pull", "$pullAll":
+					return nil, errBadValue("Cannot apply " + o.op + " to a non-array value")
+				case "$pop":
+					return nil, newErr(codeTypeMismatch, "Path '%s' contains an element of non-array type '%s'", o.path, typeName(old))
+				case "$addToSet":
+					return nil, errBadValue(fmt.Sprintf("Cannot apply $addToSet to non-array field. Field named '%s' has non-array type %s", parts[len(parts)-1], typeName(old)))
 				}
 				return nil, errBadValue(fmt.Sprintf("The field '%s' must be an array but is of type %s in document %s", o.path, typeName(old), idDesc(orig)))
 			}
