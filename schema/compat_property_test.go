@@ -94,6 +94,9 @@ func genSchema(rnd *rand.Rand, depth int) map[string]any {
 			s["maxLength"] = 1 + rnd.IntN(3)
 		}
 		if rnd.IntN(4) == 0 {
+			s["minLength"] = rnd.IntN(3)
+		}
+		if rnd.IntN(4) == 0 {
 			s["pattern"] = []string{"^a", "^[a-z]+$"}[rnd.IntN(2)]
 		}
 	case 1:
@@ -104,17 +107,33 @@ func genSchema(rnd *rand.Rand, depth int) map[string]any {
 		if rnd.IntN(3) == 0 {
 			s["maximum"] = 5 + rnd.IntN(5)
 		}
+		if rnd.IntN(4) == 0 {
+			s["multipleOf"] = []int{2, 3, 4}[rnd.IntN(3)]
+		}
 	case 2:
 		s["type"] = "number"
 		if rnd.IntN(3) == 0 {
 			s["exclusiveMinimum"] = rnd.IntN(3)
 		}
+		if rnd.IntN(4) == 0 {
+			s["exclusiveMaximum"] = 4 + rnd.IntN(4)
+		}
+		if rnd.IntN(4) == 0 {
+			s["multipleOf"] = 0.5
+		}
 	case 3:
-		s["enum"] = pick(rnd, []any{"a", "b", "c", 1, nil}, 1+rnd.IntN(3))
+		if rnd.IntN(4) == 0 {
+			s["const"] = []any{"a", 1, nil}[rnd.IntN(3)]
+		} else {
+			s["enum"] = pick(rnd, []any{"a", "b", "c", 1, nil}, 1+rnd.IntN(3))
+		}
 	case 4:
 		s["type"] = []any{"string", "null"}
 	case 5:
 		s["type"] = "boolean"
+		if rnd.IntN(3) == 0 {
+			s["not"] = map[string]any{"const": false}
+		}
 	case 6:
 		s["anyOf"] = []any{map[string]any{"type": "string"}, map[string]any{"type": "integer"}}
 	case 7:
@@ -125,6 +144,9 @@ func genSchema(rnd *rand.Rand, depth int) map[string]any {
 		}
 		if rnd.IntN(4) == 0 {
 			s["uniqueItems"] = true
+		}
+		if rnd.IntN(4) == 0 {
+			s["minItems"] = 1
 		}
 	default:
 		s["type"] = "object"
@@ -147,6 +169,15 @@ func genSchema(rnd *rand.Rand, depth int) map[string]any {
 			s["additionalProperties"] = false
 		case 1:
 			s["additionalProperties"] = map[string]any{"type": "string"}
+		}
+		if rnd.IntN(4) == 0 {
+			s["patternProperties"] = map[string]any{"^e": genSchema(rnd, depth+2)}
+		}
+		if rnd.IntN(5) == 0 {
+			s["minProperties"] = 1
+		}
+		if rnd.IntN(5) == 0 {
+			s = map[string]any{"allOf": []any{s, map[string]any{"required": []any{propNames[rnd.IntN(4)]}}}}
 		}
 	}
 	return s
@@ -174,7 +205,7 @@ func mutate(rnd *rand.Rand, s map[string]any, depth int) map[string]any {
 		s["items"] = mutate(rnd, items, depth+1)
 		return s
 	}
-	switch rnd.IntN(14) {
+	switch rnd.IntN(19) {
 	case 0:
 		return genSchema(rnd, max(depth, 1))
 	case 1:
@@ -265,6 +296,48 @@ func mutate(rnd *rand.Rand, s map[string]any, depth int) map[string]any {
 		} else if s["type"] == "array" {
 			s["maxItems"] = 1
 		}
+	case 14:
+		if m, ok := s["multipleOf"]; ok && rnd.IntN(2) == 0 {
+			delete(s, "multipleOf")
+		} else if ok {
+			if n, isInt := m.(float64); isInt && n == 4 {
+				s["multipleOf"] = 2
+			} else {
+				s["multipleOf"] = 4
+			}
+		} else if s["type"] == "integer" || s["type"] == "number" {
+			s["multipleOf"] = 2
+		}
+	case 15:
+		if _, ok := s["patternProperties"]; ok {
+			delete(s, "patternProperties")
+		} else if _, isObj := s["properties"]; isObj {
+			s["patternProperties"] = map[string]any{"^e": genSchema(rnd, depth+2)}
+		}
+	case 16:
+		if a, ok := s["allOf"].([]any); ok {
+			if inner, ok := a[0].(map[string]any); ok {
+				return inner
+			}
+		} else if _, isObj := s["properties"]; isObj {
+			return map[string]any{"allOf": []any{s, map[string]any{"required": []any{propNames[rnd.IntN(4)]}}}}
+		}
+	case 17:
+		if _, ok := s["exclusiveMaximum"]; ok {
+			s["maximum"] = s["exclusiveMaximum"]
+			delete(s, "exclusiveMaximum")
+		} else if m, ok := s["maximum"]; ok {
+			s["exclusiveMaximum"] = m
+			delete(s, "maximum")
+		}
+	case 18:
+		if _, ok := s["const"]; ok {
+			s["enum"] = []any{s["const"], "q"}
+			delete(s, "const")
+		} else if e, ok := s["enum"].([]any); ok {
+			delete(s, "enum")
+			s["const"] = e[0]
+		}
 	}
 	return s
 }
@@ -304,6 +377,13 @@ func genValue(rnd *rand.Rand, s map[string]any, depth int) any {
 	if e, ok := s["enum"].([]any); ok {
 		return e[rnd.IntN(len(e))]
 	}
+	if c, ok := s["const"]; ok && rnd.IntN(4) != 0 {
+		return c
+	}
+	if a, ok := s["allOf"].([]any); ok {
+		first, _ := a[0].(map[string]any)
+		return genValue(rnd, first, depth)
+	}
 	if a, ok := s["anyOf"].([]any); ok {
 		alt, _ := a[rnd.IntN(len(a))].(map[string]any)
 		return genValue(rnd, alt, depth)
@@ -339,7 +419,7 @@ func genValue(rnd *rand.Rand, s map[string]any, depth int) any {
 			}
 		}
 		for range rnd.IntN(3) {
-			n := []string{"a", "b", "c", "d", "e"}[rnd.IntN(5)]
+			n := []string{"a", "b", "c", "d", "e", "ex"}[rnd.IntN(6)]
 			if _, ok := out[n]; !ok {
 				out[n] = randomValue(rnd, depth+1)
 			}
