@@ -83,6 +83,24 @@ func tokenData(t *testing.T, tok bson.Raw) string {
 }
 
 var changeStreamTests = map[string]func(t *testing.T, env Env){
+	"ResumesAutomaticallyAfterNetworkError": func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		d := &replyDropper{}
+		c := newClient(t, env, options.Client().SetDialer(d))
+		coll := c.Database(env.DB.Name()).Collection("cs")
+		require.NoError(t, env.DB.CreateCollection(ctx, "cs"))
+		cs := watch(t, coll, nil)
+		_, err := coll.InsertOne(ctx, D("_id", 1))
+		require.NoError(t, err)
+		requireJSON(t, `{"_id":1}`, next(t, cs).DocumentKey)
+		_, err = coll.InsertMany(ctx, []any{D("_id", 2), D("_id", 3)})
+		require.NoError(t, err)
+		d.arm("getMore") // the reply carrying events 2 and 3 is lost
+		requireJSON(t, `{"_id":2}`, next(t, cs).DocumentKey)
+		requireJSON(t, `{"_id":3}`, next(t, cs).DocumentKey)
+		require.Equal(t, 1, d.count())
+		requireNoEvent(t, cs)
+	},
 	"CollectionEvents": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
 		coll := env.DB.Collection("cs")
