@@ -155,3 +155,67 @@ func TestBusUpcastAndDualWrite(t *testing.T) {
 		require.NoError(t, vsub.Stop())
 	}
 }
+
+func TestBusMissingHopIsNotRetried(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	ctx := ctxT(t)
+	nc := embeddedtest.Connect(t, s.ClientURL())
+	reg := openRegistry(t, nc)
+	bus, err := jbjs.Open(ctx, nc)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bus.Close() })
+	topic := "heartbeat.received"
+	require.NoError(t, bus.EnsureTopic(ctx, jbjs.TopicConfig{Name: topic}))
+	require.NoError(t, reg.SetMode(ctx, topic, schema.ModeNone, ""))
+	_, err = reg.Register(ctx, topic, []byte(hbV1))
+	require.NoError(t, err)
+	_, err = reg.Register(ctx, topic, []byte(hbV2)) // no upcaster from v1
+	require.NoError(t, err)
+
+	_, err = bus.Publish(ctx, topic, json.RawMessage(`{"mem_mb":1}`), jetbus.WithID("stuck"), jetbus.WithHeaders(map[string]string{"x-schema-version": "1"}))
+	require.NoError(t, err)
+	_, err = bus.Publish(ctx, topic, json.RawMessage(`{"mem_mib":2}`), jetbus.WithID("fine"), jetbus.WithHeaders(map[string]string{"x-schema-version": "2"}))
+	require.NoError(t, err)
+
+	type outcome struct {
+		id      string
+		attempt int
+		err     error
+	}
+	var mu sync.Mutex
+	var outcomes []outcome
+	observe := func(next jetbus.Handler) jetbus.Handler {
+		return func(ctx context.Context, d *jetbus.Delivery) error {
+			err := next(ctx, d)
+			mu.Lock()
+			outcomes = append(outcomes, outcome{d.ID, d.Attempt, err})
+			mu.Unlock()
+			return err
+		}
+	}
+	var got collector
+	sub, err := bus.Subscribe(ctx, topic, "readers", got.handle, jetbus.FromEarliest(),
+		jetbus.Backoff(func(int) time.Duration { return 10 * time.Millisecond }),
+		jetbus.Use(observe, reg.UpcastMiddleware()))
+	require.NoError(t, err)
+	defer sub.Stop()
+
+	// Both events settle: the good one acknowledged, the stuck one terminated at once.
+	require.Eventually(t, func() bool {
+		c, err := bus.Cursor(ctx, topic, "readers")
+		return err == nil && c.Lag() == 0 && len(got.snapshot()) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "fine", got.snapshot()[0].ID)
+	mu.Lock()
+	defer mu.Unlock()
+	var stuck []outcome
+	for _, o := range outcomes {
+		if o.id == "stuck" {
+			stuck = append(stuck, o)
+		}
+	}
+	require.Len(t, stuck, 1, "a missing hop is not retried")
+	assert.Equal(t, 1, stuck[0].attempt)
+	assert.ErrorIs(t, stuck[0].err, schema.ErrMissingUpcaster)
+	assert.True(t, jetbus.IsPermanent(stuck[0].err))
+}
