@@ -87,7 +87,8 @@ func parseOpMsg(m *message, hdr, buf []byte) error {
 		}
 		buf = buf[:len(buf)-4]
 	}
-	if m.flags&^uint32(flagChecksumPresent|flagMoreToCome|flagExhaustAllowed) != 0 {
+	// Bits 0-15 are required: unknown ones are an error; 16-31 are optional.
+	if m.flags&0xffff&^uint32(flagChecksumPresent|flagMoreToCome) != 0 {
 		return fmt.Errorf("unsupported OP_MSG flags %#x", m.flags)
 	}
 	rest := buf[4:]
