@@ -207,6 +207,39 @@ func TestWriteWaitsForTransactionLock(t *testing.T) {
 	require.Equal(t, 11, got.N)
 }
 
+func TestWriteWaitsForTransactionUniqueKey(t *testing.T) {
+	_, c := startServer(t, minimongo.Options{})
+	ctx := ctx(t)
+	coll := c.Database("lock").Collection("u")
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: d("k", 1), Options: options.Index().SetUnique(true)})
+	require.NoError(t, err)
+	for _, commit := range []bool{true, false} {
+		sess, err := c.StartSession()
+		require.NoError(t, err)
+		require.NoError(t, sess.StartTransaction())
+		_, err = coll.InsertOne(mongo.NewSessionContext(ctx, sess), d("k", commit))
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			_, err := coll.InsertOne(ctx, d("k", commit))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("insert of a unique key held by a transaction completed early: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if commit {
+			require.NoError(t, sess.CommitTransaction(ctx))
+			require.True(t, mongo.IsDuplicateKeyError(<-done))
+		} else {
+			require.NoError(t, sess.AbortTransaction(ctx))
+			require.NoError(t, <-done)
+		}
+		sess.EndSession(ctx)
+	}
+}
+
 func TestCloseStopsWaitingOperations(t *testing.T) {
 	s, err := minimongo.Start(minimongo.Options{})
 	require.NoError(t, err)

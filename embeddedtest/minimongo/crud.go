@@ -88,12 +88,67 @@ func (r *request) waitUnlocked(c *collection, key string) error {
 	return nil
 }
 
+// uniqueLocks names the lock of each unique index key of doc.
+func uniqueLocks(c *collection, doc bson.D) []string {
+	var out []string
+	for _, ix := range c.indexes {
+		if ix.entries == nil {
+			continue
+		}
+		for _, k := range ix.keysOf(doc) {
+			out = append(out, c.ns()+"\x00"+ix.name+"\x00"+k.str)
+		}
+	}
+	return out
+}
+
+// waitIndexKeys blocks a write outside a transaction while a transaction
+// holds one of the unique index keys doc would take. It reports whether it
+// waited, in which case the caller re-reads what it decided on.
+func (r *request) waitIndexKeys(c *collection, doc bson.D) (bool, error) {
+	if r.tx != nil || len(r.st.locks) == 0 {
+		return false, nil
+	}
+	names := uniqueLocks(c, doc)
+	waited := false
+	for {
+		held := false
+		for _, n := range names {
+			if r.st.locks[n] != nil {
+				held = true
+				break
+			}
+		}
+		if !held {
+			return waited, nil
+		}
+		waited = true
+		r.s.cond.Wait()
+		if r.s.closed {
+			return waited, newErr(codeInterruptedAtShutdown, "interrupted at shutdown")
+		}
+	}
+}
+
 // write applies (or, inside a transaction, buffers) one document write.
 func (r *request) write(c *collection, key string, doc bson.D, ev *event) error {
 	ev.db, ev.coll, ev.images = c.db, c.name, c.prePostImages
 	if r.tx != nil {
 		if err := r.tx.lock(r.st, c, key); err != nil {
 			return err
+		}
+		// hold the unique keys the document gives up and takes
+		names := append(uniqueLocks(c, r.view().get(c, key)), uniqueLocks(c, doc)...)
+		for _, n := range names {
+			if o := r.st.locks[n]; o != nil && o != r.tx {
+				return errWriteConflict()
+			}
+		}
+		for _, n := range names {
+			if r.st.locks[n] == nil {
+				r.st.locks[n] = r.tx
+				r.tx.locks = append(r.tx.locks, n)
+			}
 		}
 		r.tx.put(r.st, c, key, doc)
 		r.tx.events = append(r.tx.events, ev)
@@ -136,8 +191,17 @@ func (r *request) insertDoc(c *collection, doc bson.D) (any, error) {
 		return nil, err
 	}
 	key := idKey(id)
-	if err := r.waitUnlocked(c, key); err != nil {
-		return nil, err
+	for {
+		if err := r.waitUnlocked(c, key); err != nil {
+			return nil, err
+		}
+		waited, err := r.waitIndexKeys(c, doc)
+		if err != nil {
+			return nil, err
+		}
+		if !waited {
+			break
+		}
 	}
 	v := r.view()
 	if v.get(c, key) != nil {
@@ -251,16 +315,28 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 			}
 		}
 		for _, kd := range matched {
-			if err := r.waitUnlocked(c, kd.key); err != nil {
-				return nil, err
+			var doc, nd bson.D
+			for {
+				if err := r.waitUnlocked(c, kd.key); err != nil {
+					return nil, err
+				}
+				if doc = r.view().get(c, kd.key); doc == nil || !m(doc) {
+					doc = nil
+					break
+				}
+				if nd, err = spec.apply(doc, false); err != nil {
+					return nil, err
+				}
+				waited, err := r.waitIndexKeys(c, nd)
+				if err != nil {
+					return nil, err
+				}
+				if !waited {
+					break
+				}
 			}
-			doc := r.view().get(c, kd.key)
-			if doc == nil || !m(doc) {
+			if doc == nil {
 				continue
-			}
-			nd, err := spec.apply(doc, false)
-			if err != nil {
-				return nil, err
 			}
 			res.matched++
 			res.oldDoc, res.newDoc = doc, nd
