@@ -173,12 +173,11 @@ const maxDepth = 64
 
 // checker decides whether a reader schema accepts every instance a writer schema accepts.
 type checker struct {
-	lenient        bool
-	rRoot, wRoot   any
-	candidateIsR   bool
-	stack          map[string]bool
-	depth          int
-	requiredByPath map[string]bool
+	lenient      bool
+	rRoot, wRoot any
+	candidateIsR bool            // reasons point into the reader (BACKWARD) or the writer
+	stack        map[string]bool // pairs being compared, for cycles through $ref
+	depth        int
 }
 
 func newChecker(policy Policy, reader, writer any, candidateIsReader bool) *checker {
@@ -370,14 +369,14 @@ func (c *checker) cmp(r, w node) []Reason {
 		return c.cmp(r, c.flattenAllOf(w))
 	}
 	// Writer sum types: every alternative must be accepted.
-	if alts, key := sumOf(w); alts != nil {
-		base := without(w, key)
+	if alts, kw := sumOf(w); alts != nil {
+		base := without(w, kw)
 		if len(c.cmp(r, base)) == 0 {
 			return nil
 		}
 		var out []Reason
 		for i := range alts {
-			a, _ := c.child(w, key, strconv.Itoa(i))
+			a, _ := c.child(w, kw, strconv.Itoa(i))
 			a = c.resolve(a, c.wRoot)
 			merged := node{m: mergeConj(base.m, c.flattenAllOf(a).m), ptr: a.ptr}
 			out = append(out, c.cmp(r, merged)...)
@@ -389,18 +388,16 @@ func (c *checker) cmp(r, w node) []Reason {
 		out := c.cmp(without(r, "allOf"), w)
 		for i := range all {
 			a, _ := c.child(r, "allOf", strconv.Itoa(i))
-			for _, rs := range c.cmp(a, w) {
-				out = append(out, rs)
-			}
+			out = append(out, c.cmp(a, w)...)
 		}
 		return out
 	}
 	// Reader sum types: some alternative must accept the writer.
-	if alts, key := sumOf(r); alts != nil {
-		out := c.cmp(without(r, key), w)
+	if alts, kw := sumOf(r); alts != nil {
+		out := c.cmp(without(r, kw), w)
 		var first []Reason
 		for i := range alts {
-			a, _ := c.child(r, key, strconv.Itoa(i))
+			a, _ := c.child(r, kw, strconv.Itoa(i))
 			rs := c.cmp(a, w)
 			if len(rs) == 0 {
 				return out
@@ -413,7 +410,7 @@ func (c *checker) cmp(r, w node) []Reason {
 		if len(first) > 0 {
 			detail += " (first alternative: " + first[0].Rule + " at " + first[0].Pointer + ")"
 		}
-		return append(out, c.reason(r, w, key, "SUM_TYPE_NARROWED", "%s: %s", key, detail))
+		return append(out, c.reason(r, w, kw, "SUM_TYPE_NARROWED", "%s: %s", kw, detail))
 	}
 	return c.cmpBase(r, w)
 }

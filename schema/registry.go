@@ -68,27 +68,32 @@ type topicConfig struct {
 
 // entry is a cached version with its compiled schema.
 type entry struct {
-	v    *Version
+	v *Version
+	c *compiled // shared by the revisions of a version with the same schema
+}
+
+// compiled is a schema compiled on first use.
+type compiled struct {
 	once sync.Once
 	val  *Validator
 	err  error
 }
 
 func (e *entry) validator() (*Validator, error) {
-	e.once.Do(func() {
+	e.c.once.Do(func() {
 		doc, err := decodeJSON(e.v.Schema)
 		if err != nil {
-			e.err = fmt.Errorf("%w: stored %s v%d: %v", ErrInvalidSchema, e.v.Topic, e.v.Version, err)
+			e.c.err = fmt.Errorf("%w: stored %s v%d: %v", ErrInvalidSchema, e.v.Topic, e.v.Version, err)
 			return
 		}
 		s, err := compile(fmt.Sprintf("mem:///%s/v%d.json", e.v.Topic, e.v.Version), doc)
 		if err != nil {
-			e.err = err
+			e.c.err = err
 			return
 		}
-		e.val = &Validator{topic: e.v.Topic, version: e.v.Version, s: s}
+		e.c.val = &Validator{topic: e.v.Topic, version: e.v.Version, s: s}
 	})
-	return e.val, e.err
+	return e.c.val, e.c.err
 }
 
 // topicState is the cached view of one topic.
@@ -268,19 +273,25 @@ func parseKey(key string) (kind, topic string, version int, ok bool) {
 	return "", "", 0, false
 }
 
-// apply updates the cache with one KV entry. Older revisions than the cached one are ignored.
+// apply updates the cache with one KV entry.
 func (r *Registry) apply(key string, value []byte, rev uint64, deleted bool) {
-	kind, topic, version, ok := parseKey(key)
-	if !ok {
-		r.log.Warn("schema: ignoring unknown registry key", "key", key)
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t := r.topics[topic]
+	applyEntry(r.topics, r.log, key, value, rev, deleted)
+}
+
+// applyEntry updates topics with one KV entry. Revisions older than the cached one are
+// ignored, so the watch and a process's own writes can apply the same record in any order.
+func applyEntry(topics map[string]*topicState, log *slog.Logger, key string, value []byte, rev uint64, deleted bool) {
+	kind, topic, version, ok := parseKey(key)
+	if !ok {
+		log.Warn("schema: ignoring unknown registry key", "key", key)
+		return
+	}
+	t := topics[topic]
 	if t == nil {
 		t = &topicState{versions: map[int]*entry{}}
-		r.topics[topic] = t
+		topics[topic] = t
 	}
 	switch kind {
 	case "c":
@@ -290,7 +301,7 @@ func (r *Registry) apply(key string, value []byte, rev uint64, deleted bool) {
 		}
 		var c topicConfig
 		if err := json.Unmarshal(value, &c); err != nil {
-			r.log.Warn("schema: ignoring malformed topic config", "key", key, "err", err)
+			log.Warn("schema: ignoring malformed topic config", "key", key, "err", err)
 			return
 		}
 		t.config = c
@@ -299,21 +310,19 @@ func (r *Registry) apply(key string, value []byte, rev uint64, deleted bool) {
 			delete(t.versions, version)
 			return
 		}
-		if cur := t.versions[version]; cur != nil && cur.v.Revision >= rev {
+		cur := t.versions[version]
+		if cur != nil && cur.v.Revision >= rev {
 			return
 		}
 		var v Version
 		if err := json.Unmarshal(value, &v); err != nil {
-			r.log.Warn("schema: ignoring malformed version record", "key", key, "err", err)
+			log.Warn("schema: ignoring malformed version record", "key", key, "err", err)
 			return
 		}
 		v.Topic, v.Version, v.Revision = topic, version, rev
-		e := &entry{v: &v}
-		if cur := t.versions[version]; cur != nil && cur.v.Fingerprint == v.Fingerprint {
-			// Same schema (e.g. soft-deleted): keep the compiled one.
-			if val, err := cur.validator(); err == nil {
-				e.once.Do(func() { e.val = val })
-			}
+		e := &entry{v: &v, c: &compiled{}}
+		if cur != nil && cur.v.Fingerprint == v.Fingerprint {
+			e.c = cur.c // same schema (e.g. soft-deleted): keep the compiled one
 		}
 		t.versions[version] = e
 	}
@@ -510,7 +519,7 @@ func (r *Registry) read(ctx context.Context, topic string) (*topicState, error) 
 		return nil, fmt.Errorf("schema: read %s: %w", topic, err)
 	}
 	defer func() { _ = w.Stop() }()
-	tmp := &Registry{topics: map[string]*topicState{}, log: r.log}
+	topics := map[string]*topicState{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -520,13 +529,13 @@ func (r *Registry) read(ctx context.Context, topic string) (*topicState, error) 
 				return nil, fmt.Errorf("schema: read %s: watch closed", topic)
 			}
 			if e == nil {
-				t := tmp.topics[topic]
+				t := topics[topic]
 				if t == nil {
 					t = &topicState{versions: map[int]*entry{}}
 				}
 				return t, nil
 			}
-			tmp.apply(e.Key(), e.Value(), e.Revision(), e.Operation() != natsjs.KeyValuePut)
+			applyEntry(topics, r.log, e.Key(), e.Value(), e.Revision(), e.Operation() != natsjs.KeyValuePut)
 		}
 	}
 }
