@@ -324,7 +324,11 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 					doc = nil
 					break
 				}
-				if nd, err = spec.apply(doc, false); err != nil {
+				rs, err := spec.resolve(doc, q, false)
+				if err != nil {
+					return nil, err
+				}
+				if nd, err = rs.apply(doc, false); err != nil {
 					return nil, err
 				}
 				waited, err := r.waitIndexKeys(c, nd)
@@ -372,7 +376,11 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 	} else if seed, err = upsertSeed(q); err != nil {
 		return nil, err
 	}
-	nd, err := spec.apply(seed, true)
+	rs, err := spec.resolve(seed, q, true)
+	if err != nil {
+		return nil, err
+	}
+	nd, err := rs.apply(seed, true)
 	if err != nil {
 		return nil, err
 	}

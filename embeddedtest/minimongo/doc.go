@@ -69,10 +69,11 @@
 // $set $unset $inc $mul $min $max $setOnInsert $push ($each, $position, $slice, $sort)
 // $pull (values, operator conditions, sub-queries) $pullAll $addToSet ($each) $pop $rename
 // $currentDate (date or timestamp), applied in lexicographic path order as MongoDB 5+
-// does; replacement documents; upserts seeded from the filter's equality conditions; the
-// errors MongoDB reports for type mismatches (14), conflicting paths (40), _id changes
-// (66), non-viable paths (28). Positional operators ($, $[], $[id]), arrayFilters and
-// pipeline updates are not supported.
+// does; the positional operators $ (the first element of the array matched by the filter's
+// conditions on that array) and $[] (every element); replacement documents; upserts seeded
+// from the filter's equality conditions; the errors MongoDB reports for type mismatches
+// (14), conflicting paths (40), _id changes (66), non-viable paths (28). Filtered
+// positional operators ($[id]) with arrayFilters and pipeline updates are not supported.
 //
 // # Indexes
 //
@@ -89,10 +90,11 @@
 // delete or findAndModify returns the recorded reply and is not applied twice) and
 // multi-document transactions (autocommit:false, startTransaction). A transaction reads a
 // snapshot taken when it starts plus its own writes; commit is atomic and retrying a
-// commit is idempotent. Writing a document that another open transaction wrote, or that
-// changed after the snapshot, fails with WriteConflict (112) labelled
-// TransientTransactionError, so session.WithTransaction retries; a write outside
-// transactions waits until the transaction holding the document ends. Errors inside a
+// commit is idempotent. Writing a document (or taking a unique index key) that another
+// open transaction wrote, or a document that changed after the snapshot, fails with
+// WriteConflict (112) labelled TransientTransactionError, so session.WithTransaction
+// retries; a write outside transactions waits until the transaction holding the document
+// or unique key ends. Errors inside a
 // transaction abort it (NoSuchTransaction, 251, afterwards). Transactions older than
 // Options.TransactionLifetime are aborted.
 //
@@ -122,9 +124,11 @@
 // # Not supported
 //
 // Authentication, TLS, compression, collations, text/geo/hashed/wildcard indexes,
-// positional updates, arrayFilters, pipeline updates, $expr/$where/$text/$jsonSchema and
-// geo/bitwise query operators, aggregation stages and expression operators not listed
-// above, views, capped and time-series collections, validators, renameCollection,
-// explain, snapshot reads outside transactions, showExpandedEvents in change streams, and
-// query plans (hints are checked for existence only).
+// filtered positional updates and arrayFilters, pipeline updates, $expr/$where/$text/
+// $jsonSchema and geo/bitwise query operators, aggregation stages and expression operators
+// not listed above, views, capped and time-series collections, validators,
+// renameCollection, explain, snapshot reads outside transactions, showExpandedEvents in
+// change streams, query plans (hints are checked for existence only; only _id and unique
+// indexes speed up lookups), and persistence: all data lives in memory and is gone when
+// the Server is closed.
 package minimongo

@@ -15,9 +15,141 @@ import (
 // updateSpec is a parsed update: either a replacement document or a list
 // of operator applications.
 type updateSpec struct {
-	replace bson.D
-	isRepl  bool
-	ops     []updOp
+	replace    bson.D
+	isRepl     bool
+	ops        []updOp
+	positional bool // some path uses $ or $[]
+}
+
+// checkPositional accepts the positional operators $ and $[] and rejects
+// filtered ones ($[identifier], which need arrayFilters).
+func checkPositional(path string) error {
+	n := 0
+	for _, part := range strings.Split(path, ".") {
+		switch {
+		case part == "$":
+			n++
+		case part == "$[]":
+		case strings.HasPrefix(part, "$["):
+			return errUnsupported(fmt.Sprintf("filtered positional operator in update path '%s'", path))
+		case strings.HasPrefix(part, "$"):
+			return newErr(codeFailedToParse, "The dollar ($) prefixed field '%s' in '%s' is not valid for storage.", part, path)
+		}
+	}
+	if n > 1 {
+		return errBadValue(fmt.Sprintf("Too many positional (i.e. '$') elements found in path '%s'", path))
+	}
+	return nil
+}
+
+// resolve returns the update with positional operators replaced by array
+// indexes for doc: $ by the first element of the array matched by the
+// query filter, $[] by every element.
+func (u *updateSpec) resolve(doc, filter bson.D, insert bool) (*updateSpec, error) {
+	if !u.positional {
+		return u, nil
+	}
+	out := &updateSpec{}
+	for _, o := range u.ops {
+		paths, err := expandPositional(doc, filter, o.path, insert)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range paths {
+			no := o
+			no.path = p
+			out.ops = append(out.ops, no)
+		}
+	}
+	if err := checkConflicts(out.ops); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(out.ops, func(i, j int) bool { return out.ops[i].path < out.ops[j].path })
+	return out, nil
+}
+
+func expandPositional(doc, filter bson.D, path string, insert bool) ([]string, error) {
+	parts := strings.Split(path, ".")
+	for i, part := range parts {
+		switch part {
+		case "$":
+			if insert {
+				return nil, errBadValue("The positional operator did not find the match needed from the query.")
+			}
+			prefix := strings.Join(parts[:i], ".")
+			idx, ok := positionalIndex(doc, filter, prefix)
+			if !ok {
+				return nil, errBadValue("The positional operator did not find the match needed from the query.")
+			}
+			parts[i] = strconv.Itoa(idx)
+		case "$[]":
+			prefix := strings.Join(parts[:i], ".")
+			v, _ := getPath(doc, prefix)
+			arr, ok := v.(bson.A)
+			if !ok {
+				if insert || v == nil {
+					return nil, nil
+				}
+				return nil, errBadValue(fmt.Sprintf("The path '%s' must exist in the document in order to apply array updates.", prefix))
+			}
+			var out []string
+			for j := range arr {
+				sub := append(append(append([]string{}, parts[:i]...), strconv.Itoa(j)), parts[i+1:]...)
+				more, err := expandPositional(doc, filter, strings.Join(sub, "."), insert)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, more...)
+			}
+			return out, nil
+		}
+	}
+	return []string{strings.Join(parts, ".")}, nil
+}
+
+// positionalIndex finds the first element of the array at prefix that
+// satisfies the filter's conditions on that array.
+func positionalIndex(doc, filter bson.D, prefix string) (int, bool) {
+	v, _ := getPath(doc, prefix)
+	arr, ok := v.(bson.A)
+	if !ok {
+		return 0, false
+	}
+	var conds bson.D
+	var collect func(f bson.D)
+	collect = func(f bson.D) {
+		for _, e := range f {
+			if e.Key == "$and" {
+				if a, ok := e.Value.(bson.A); ok {
+					for _, x := range a {
+						if d, ok := x.(bson.D); ok {
+							collect(d)
+						}
+					}
+				}
+				continue
+			}
+			if e.Key == prefix || strings.HasPrefix(e.Key, prefix+".") {
+				conds = append(conds, e)
+			}
+		}
+	}
+	collect(filter)
+	if len(conds) == 0 {
+		return 0, false
+	}
+	m, err := compileFilter(conds)
+	if err != nil {
+		return 0, false
+	}
+	for i, e := range arr {
+		// the element alone, at the array's place in a copy of the document
+		probe, err := setIn(copyDoc(doc), strings.Split(prefix, "."), bson.A{e})
+		if err == nil && m(probe.(bson.D)) {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 type updOp struct {
@@ -62,8 +194,11 @@ func parseUpdate(u any) (*updateSpec, error) {
 				return nil, newErr(codeFailedToParse, "Modifiers operate on fields but we found type %s instead. For example: {$mod: {<field>: ...}} not {%s: %s}", typeName(e.Value), e.Key, formatValue(e.Value))
 			}
 			for _, a := range args {
+				if err := checkPositional(a.Key); err != nil {
+					return nil, err
+				}
 				if strings.Contains(a.Key, "$") {
-					return nil, errUnsupported(fmt.Sprintf("positional update path '%s'", a.Key))
+					spec.positional = true
 				}
 				op := updOp{op: e.Key, path: a.Key, arg: a.Value}
 				if e.Key == "$rename" {

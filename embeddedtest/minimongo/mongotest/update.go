@@ -99,6 +99,27 @@ var updateTests = map[string]func(t *testing.T, env Env){
 		require.NoError(t, err)
 		require.Equal(t, "given", res.UpsertedID)
 	},
+	"Positional": func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		coll := env.DB.Collection("u")
+		_, err := coll.InsertOne(ctx, D("_id", 1, "items", A(D("id", 1, "q", 1), D("id", 2, "q", 1)), "arr", A(1, 3, 5)))
+		require.NoError(t, err)
+		_, err = coll.UpdateOne(ctx, D("_id", 1, "items.id", 2), D("$set", D("items.$.q", 5)))
+		require.NoError(t, err)
+		_, err = coll.UpdateOne(ctx, D("arr", 3), D("$set", D("arr.$", 30)))
+		require.NoError(t, err)
+		_, err = coll.UpdateOne(ctx, D("items", D("$elemMatch", D("id", 1, "q", 1))), D("$inc", D("items.$.q", 10)))
+		require.NoError(t, err)
+		_, err = coll.UpdateOne(ctx, D("_id", 1), D("$inc", D("items.$[].q", 1)))
+		require.NoError(t, err)
+		requireJSON(t, `[{"_id":1,"items":[{"id":1,"q":12},{"id":2,"q":6}],"arr":[1,30,5]}]`, findAll(t, coll, D()))
+		_, err = coll.UpdateOne(ctx, D("_id", 1), D("$set", D("items.$.q", 0)))
+		requireCode(t, err, 2)
+		var got bson.D
+		require.NoError(t, coll.FindOneAndUpdate(ctx, D("items.id", 2), D("$set", D("items.$.q", 7)),
+			options.FindOneAndUpdate().SetReturnDocument(options.After).SetProjection(D("items", 1, "_id", 0))).Decode(&got))
+		requireJSON(t, `{"items":[{"id":1,"q":12},{"id":2,"q":7}]}`, got)
+	},
 	"Errors": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
 		coll := env.DB.Collection("u")
