@@ -119,11 +119,10 @@ func evalExpr(expr any, doc bson.D) (any, bool, error) {
 			if len(x) != 1 {
 				return nil, false, newErr(15983, "An object representing an expression must have exactly one field: %s", formatValue(x))
 			}
-			switch x[0].Key {
-			case "$literal":
+			if x[0].Key == "$literal" {
 				return x[0].Value, true, nil
 			}
-			return nil, false, newErr(codeInvalidPipelineOperator, "Unrecognized expression '%s'", x[0].Key)
+			return evalOperator(x[0].Key, x[0].Value, doc)
 		}
 		out := bson.D{}
 		for _, e := range x {

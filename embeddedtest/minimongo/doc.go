@@ -46,7 +46,9 @@
 //     $push, $addToSet, $count; _id from field paths, documents of expressions or
 //     constants), $unwind (string or document form) and $changeStream. Expressions are
 //     field paths, $$ROOT/$$CURRENT/$$REMOVE, literals, documents and arrays of
-//     expressions and $literal; other expression operators fail with 168.
+//     expressions, and the operators $literal $add $subtract $multiply $divide $mod
+//     $concat $toUpper $toLower $eq $ne $gt $gte $lt $lte $cmp $and $or $not $cond $ifNull
+//     $size $arrayElemAt $in $type; other expression operators fail with 168.
 //   - createIndexes (key, name, unique, sparse, partialFilterExpression,
 //     expireAfterSeconds), listIndexes, dropIndexes (by name, names, key pattern or "*").
 //   - commitTransaction, abortTransaction.

@@ -83,6 +83,57 @@ var aggregateTests = map[string]func(t *testing.T, env Env){
 		require.NoError(t, cur.All(ctx, &all))
 		require.Len(t, all, 4)
 	},
+	"Expressions": func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		coll := env.DB.Collection("x")
+		_, err := coll.InsertOne(ctx, D("_id", 1, "a", int32(5), "b", int64(2), "f", 1.5, "s", "Hi", "arr", A(1, 2, 3),
+			"d", bson.DateTime(1000), "d2", bson.DateTime(400), "n", nil))
+		require.NoError(t, err)
+		got := aggregate(t, coll, A(D("$project", D(
+			"_id", 0,
+			"add", D("$add", A("$a", "$b")),
+			"addf", D("$add", A("$a", "$f")),
+			"sub", D("$subtract", A("$a", 1)),
+			"subd", D("$subtract", A("$d", "$d2")),
+			"mul", D("$multiply", A("$a", "$b", 2)),
+			"div", D("$divide", A("$a", 2)),
+			"mod", D("$mod", A("$a", 3)),
+			"cat", D("$concat", A("$s", "!", "$s")),
+			"catnull", D("$concat", A("$s", "$n")),
+			"up", D("$toUpper", "$s"),
+			"low", D("$toLower", "$s"),
+			"eq", D("$eq", A("$a", 5)),
+			"gt", D("$gt", A("$a", "$f")),
+			"lt", D("$lt", A("$s", 1)),
+			"cmp", D("$cmp", A("$a", 7)),
+			"and", D("$and", A(true, "$a")),
+			"or", D("$or", A(false, 0)),
+			"not", D("$not", A("$n")),
+			"cond", D("$cond", A(D("$gt", A("$a", 3)), "big", "small")),
+			"condd", D("$cond", D("if", "$n", "then", 1, "else", 2)),
+			"ifnull", D("$ifNull", A("$nope", "dflt")),
+			"ifnull2", D("$ifNull", A("$a", 0)),
+			"size", D("$size", "$arr"),
+			"last", D("$arrayElemAt", A("$arr", -1)),
+			"in", D("$in", A(2, "$arr")),
+			"type", D("$type", "$f"),
+			"typem", D("$type", "$nope"),
+		))))
+		requireJSON(t, `[{"add":7,"addf":6.5,"sub":4,"subd":600,"mul":20,"div":2.5,"mod":2,"cat":"Hi!Hi","catnull":null,`+
+			`"up":"HI","low":"hi","eq":true,"gt":true,"lt":false,"cmp":-1,"and":true,"or":false,"not":true,`+
+			`"cond":"big","condd":2,"ifnull":"dflt","ifnull2":5,"size":3,"last":3,"in":true,"type":"double","typem":"missing"}]`, got)
+		for _, tc := range []struct {
+			expr bson.D
+			code int
+		}{
+			{D("$divide", A("$a", 0)), 2},
+			{D("$size", "$a"), 17124},
+			{D("$concat", A("$s", 1)), 16702},
+		} {
+			_, err := coll.Aggregate(ctx, A(D("$project", D("x", tc.expr))))
+			requireCode(t, err, tc.code)
+		}
+	},
 	"UnknownStage": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
 		_, err := env.DB.Collection("a").Aggregate(ctx, A(D("$foo", D())))
