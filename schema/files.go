@@ -23,9 +23,9 @@ import (
 //	schemas/orders.created/v2.json
 //	schemas/orders.created/v2.meta.json  {"compatibility": "BACKWARD", "upcast": [ops]}
 //
-// The sidecar's compatibility is the mode version N is checked under (default BACKWARD);
-// its upcast is the declarative upcaster from version N-1 (an empty list declares the hop an
-// identity).
+// The sidecar's compatibility is the mode version N is checked under (default BACKWARD), its
+// policy the policy (default STRICT); its upcast is the declarative upcaster from version N-1
+// (an empty list declares the hop an identity).
 var (
 	schemaFile = regexp.MustCompile(`^v([1-9][0-9]*)\.json$`)
 	metaFile   = regexp.MustCompile(`^v([1-9][0-9]*)\.meta\.json$`)
@@ -33,8 +33,9 @@ var (
 
 // Meta is the content of a sidecar file v<N>.meta.json.
 type Meta struct {
-	Compatibility Mode `json:"compatibility,omitempty"`
-	Upcast        []Op `json:"upcast,omitempty"`
+	Compatibility Mode   `json:"compatibility,omitempty"`
+	Policy        Policy `json:"policy,omitempty"`
+	Upcast        []Op   `json:"upcast,omitempty"`
 }
 
 // File is one schema version read from a directory.
@@ -47,6 +48,7 @@ type File struct {
 	MetaPath string
 	Meta     Meta
 	doc      any
+	badMeta  bool
 }
 
 // Problem is one thing wrong with schema files, reported as "file: message".
@@ -155,6 +157,7 @@ func loadTopic(dir, topic string) ([]File, Problems, error) {
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&f.Meta); err != nil {
 			probs = append(probs, Problem{p, fmt.Sprintf("bad sidecar: %v", err)})
+			f.Meta, f.badMeta = Meta{}, true
 			continue
 		}
 		if err := validateOps(f.Meta.Upcast); err != nil {
@@ -188,8 +191,8 @@ func loadTopic(dir, topic string) ([]File, Problems, error) {
 
 // CheckDir checks the schema files under dir offline: names, valid JSON Schema, sidecars,
 // versions contiguous from 1, and each version compatible with the previous ones under its
-// sidecar's mode (default BACKWARD; transitive modes against every previous version), with
-// the STRICT policy. It returns every problem; the error is for a dir that cannot be read.
+// sidecar's mode (default BACKWARD; transitive modes against every previous version) and
+// policy (default STRICT). It returns every problem; the error is for a dir that cannot be read.
 func CheckDir(dir string) (Problems, error) {
 	files, probs, err := LoadDir(dir)
 	if err != nil {
@@ -206,6 +209,11 @@ func CheckDir(dir string) (Problems, error) {
 		if f.doc == nil {
 			continue // already reported
 		}
+		if f.badMeta {
+			prev = append(prev, f.doc)
+			nums = append(nums, f.Version)
+			continue // its mode is unknown; already reported
+		}
 		fp := fingerprint(f.doc)
 		if n, dup := seen[fp]; dup {
 			probs = append(probs, Problem{f.Path, fmt.Sprintf("identical to v%d: the registry would return v%d instead of creating a new version", n, n)})
@@ -215,8 +223,16 @@ func CheckDir(dir string) (Problems, error) {
 		if mode == "" {
 			mode = DefaultMode
 		}
-		for _, r := range compareAll(PolicyStrict, mode, f.doc, prev, nums) {
-			probs = append(probs, Problem{f.Path, fmt.Sprintf("incompatible with v%d under %s (%s): %s: %s: %s", r.Version, mode, r.Direction, ptrOrRoot(r.Pointer), r.Rule, r.Detail)})
+		policy := f.Meta.Policy
+		if policy == "" {
+			policy = PolicyStrict
+		}
+		for _, r := range compareAll(policy, mode, f.doc, prev, nums) {
+			under := string(mode)
+			if policy != PolicyStrict {
+				under += "/" + string(policy)
+			}
+			probs = append(probs, Problem{f.Path, fmt.Sprintf("incompatible with v%d under %s (%s): %s: %s: %s", r.Version, under, r.Direction, ptrOrRoot(r.Pointer), r.Rule, r.Detail)})
 		}
 		prev = append(prev, f.doc)
 		nums = append(nums, f.Version)
@@ -277,6 +293,9 @@ func PushDir(ctx context.Context, r *Registry, dir string) ([]Pushed, error) {
 		opts := []RegisterOption{ExpectVersion(f.Version)}
 		if f.Meta.Compatibility != "" {
 			opts = append(opts, WithMode(f.Meta.Compatibility))
+		}
+		if f.Meta.Policy != "" {
+			opts = append(opts, UnderPolicy(f.Meta.Policy))
 		}
 		if f.Meta.Upcast != nil {
 			opts = append(opts, WithUpcast(f.Meta.Upcast...))

@@ -22,11 +22,25 @@ func TestCheckDirGood(t *testing.T) {
 	files, probs, err := schema.LoadDir("testdata/files/good")
 	require.NoError(t, err)
 	assert.Empty(t, probs)
-	require.Len(t, files, 4)
+	require.Len(t, files, 5)
 	assert.Equal(t, "orders.created", files[0].Topic)
-	assert.Equal(t, []int{1, 2, 3, 1}, []int{files[0].Version, files[1].Version, files[2].Version, files[3].Version})
+	assert.Equal(t, []int{1, 2, 3, 1, 2}, []int{files[0].Version, files[1].Version, files[2].Version, files[3].Version, files[4].Version})
 	assert.Equal(t, schema.ModeNone, files[1].Meta.Compatibility, "lowercase modes are accepted in sidecars")
 	require.Len(t, files[1].Meta.Upcast, 1)
+	assert.Equal(t, schema.PolicyLenient, files[4].Meta.Policy)
+
+	// users.signedup v2 adds an optional property to an open model: FULL only under LENIENT.
+	dir := copyDir(t, "testdata/files/good")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "users.signedup", "v2.meta.json"), []byte(`{"compatibility":"FULL"}`), 0o644))
+	probs, err = schema.CheckDir(dir)
+	require.NoError(t, err)
+	require.Len(t, probs, 1)
+	assert.Contains(t, probs[0].String(), "users.signedup/v2.json: incompatible with v1 under FULL (backward): /properties/locale: PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "users.signedup", "v2.meta.json"), []byte(`{"compatibility":"FULL","policy":"loose"}`), 0o644))
+	probs, err = schema.CheckDir(dir)
+	require.NoError(t, err)
+	require.Len(t, probs, 1)
+	assert.Contains(t, probs[0].String(), "bad sidecar")
 }
 
 func TestCheckDirBad(t *testing.T) {
@@ -73,7 +87,7 @@ func TestPushDir(t *testing.T) {
 	ctx := ctxT(t)
 	pushed, err := schema.PushDir(ctx, r, "testdata/files/good")
 	require.NoError(t, err)
-	require.Len(t, pushed, 4)
+	require.Len(t, pushed, 5)
 	for _, p := range pushed {
 		assert.True(t, p.Created, "%+v", p)
 	}
@@ -84,7 +98,7 @@ func TestPushDir(t *testing.T) {
 	// Idempotent.
 	pushed, err = schema.PushDir(ctx, r, "testdata/files/good")
 	require.NoError(t, err)
-	require.Len(t, pushed, 4)
+	require.Len(t, pushed, 5)
 	for _, p := range pushed {
 		assert.False(t, p.Created, "%+v", p)
 	}
@@ -98,7 +112,7 @@ func TestPushDir(t *testing.T) {
 
 	// A file that differs from the registry's version is a conflict.
 	dir := copyDir(t, "testdata/files/good")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "users.signedup", "v1.json"), []byte(`{"type":"object","title":"x","properties":{"user":{"type":"integer"}}}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "users.signedup", "v1.json"), []byte(`{"type":"object","title":"x","properties":{"user":{"type":"string"}}}`), 0o644))
 	_, err = schema.PushDir(ctx, r, dir)
 	var probs schema.Problems
 	require.ErrorAs(t, err, &probs)
@@ -107,10 +121,10 @@ func TestPushDir(t *testing.T) {
 
 	// A new compatible version is pushed; bad files push nothing.
 	dir = copyDir(t, "testdata/files/good")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "users.signedup", "v2.json"), []byte(`{"type":"object","properties":{"user":{"type":"string"},"age":{}}}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "users.signedup", "v3.json"), []byte(`{"type":"object","properties":{"user":{"type":"string"},"locale":{"type":"string"},"age":{}}}`), 0o644))
 	pushed, err = schema.PushDir(ctx, r, dir)
 	require.NoError(t, err)
-	assert.Contains(t, pushed, schema.Pushed{Topic: "users.signedup", Version: 2, Created: true})
+	assert.Contains(t, pushed, schema.Pushed{Topic: "users.signedup", Version: 3, Created: true})
 
 	_, err = schema.PushDir(ctx, r, "testdata/files/bad")
 	require.True(t, errors.As(err, &probs))

@@ -352,6 +352,7 @@ type RegisterOption func(*registerOptions) error
 
 type registerOptions struct {
 	mode          Mode
+	policy        Policy
 	upcast        []Op
 	expectVersion int
 }
@@ -362,6 +363,15 @@ func WithMode(m Mode) RegisterOption {
 	return func(o *registerOptions) error {
 		p, err := ParseMode(string(m))
 		o.mode = p
+		return err
+	}
+}
+
+// UnderPolicy checks the new version under p instead of the topic's policy.
+func UnderPolicy(p Policy) RegisterOption {
+	return func(o *registerOptions) error {
+		q, err := ParsePolicy(string(p))
+		o.policy = q
 		return err
 	}
 }
@@ -451,7 +461,10 @@ func (r *Registry) register(ctx context.Context, topic string, doc []byte, dryRu
 		if mode == "" {
 			mode = r.opt.mode
 		}
-		policy := state.config.Policy
+		policy := o.policy
+		if policy == "" {
+			policy = state.config.Policy
+		}
 		if policy == "" {
 			policy = r.opt.policy
 		}
