@@ -389,14 +389,16 @@ type stage struct {
 }
 
 var unsupportedStages = map[string]bool{
-	"$lookup": true, "$facet": true, "$out": true, "$merge": true, "$bucket": true, "$bucketAuto": true,
-	"$sample": true, "$graphLookup": true, "$sortByCount": true, "$densify": true, "$fill": true,
+	"$facet": true, "$out": true, "$merge": true, "$bucket": true, "$bucketAuto": true,
+	"$sample": true, "$graphLookup": true, "$densify": true, "$fill": true,
 	"$geoNear": true, "$indexStats": true, "$collStats": true, "$redact": true, "$setWindowFields": true,
 	"$unionWith": true, "$currentOp": true, "$listSessions": true, "$documents": true, "$search": true,
 }
 
 // parseStage validates one pipeline stage and returns its implementation.
-func parseStage(raw any) (*stage, error) {
+// lookup resolves the collections of $lookup; nil where $lookup is not
+// allowed (change streams).
+func parseStage(raw any, lookup collLookup) (*stage, error) {
 	d, ok := raw.(bson.D)
 	if !ok || len(d) != 1 {
 		return nil, newErr(40323, "A pipeline stage specification object must contain exactly one field.")
@@ -557,6 +559,33 @@ func parseStage(raw any) (*stage, error) {
 			return nil, err
 		}
 		st.run = u
+	case "$sortByCount":
+		if s, ok := arg.(string); !ok || !strings.HasPrefix(s, "$") {
+			if _, isDoc := arg.(bson.D); !isDoc {
+				return nil, newErr(40148, "the sortByCount field must be defined as a $-prefixed path or an expression")
+			}
+		}
+		g, err := parseGroup(bson.D{{Key: "_id", Value: arg}, {Key: "count", Value: bson.D{{Key: "$sum", Value: int32(1)}}}})
+		if err != nil {
+			return nil, err
+		}
+		st.run = func(in []bson.D) ([]bson.D, error) {
+			out, err := g.run(in)
+			if err != nil {
+				return nil, err
+			}
+			sortDocs(out, []sortKey{{path: "count", desc: true}})
+			return out, nil
+		}
+	case "$lookup":
+		if lookup == nil {
+			return nil, newErr(codeIllegalOperation, "$lookup is not permitted here")
+		}
+		run, err := parseLookup(arg, lookup)
+		if err != nil {
+			return nil, err
+		}
+		st.run = run
 	case "$changeStream":
 		return nil, newErr(40602, "$changeStream is only valid as the first stage in a pipeline.")
 	default:
@@ -582,10 +611,81 @@ func mapDocs(f func(bson.D) (bson.D, error)) func([]bson.D) ([]bson.D, error) {
 	}
 }
 
-func parsePipeline(p bson.A) ([]*stage, error) {
+// collLookup returns the documents of a collection of the database the
+// pipeline runs in (nil when it does not exist).
+type collLookup func(coll string) []bson.D
+
+func parseLookup(arg any, lookup collLookup) (func([]bson.D) ([]bson.D, error), error) {
+	spec, ok := arg.(bson.D)
+	if !ok {
+		return nil, newErr(codeFailedToParse, "the $lookup specification must be an Object")
+	}
+	var from, local, foreign, as string
+	for _, e := range spec {
+		s, isStr := e.Value.(string)
+		switch e.Key {
+		case "from", "localField", "foreignField", "as":
+			if !isStr {
+				return nil, newErr(codeFailedToParse, "$lookup argument '%s: %s' must be a string, is type %s", e.Key, formatValue(e.Value), typeName(e.Value))
+			}
+		case "let", "pipeline":
+			return nil, errUnsupported("$lookup with " + e.Key)
+		default:
+			return nil, newErr(codeFailedToParse, "unknown argument to $lookup: %s", e.Key)
+		}
+		switch e.Key {
+		case "from":
+			from = s
+		case "localField":
+			local = s
+		case "foreignField":
+			foreign = s
+		case "as":
+			as = s
+		}
+	}
+	if from == "" || local == "" || foreign == "" || as == "" {
+		return nil, newErr(codeFailedToParse, "$lookup requires 'from', 'localField', 'foreignField' and 'as' to be specified")
+	}
+	return func(in []bson.D) ([]bson.D, error) {
+		others := lookup(from)
+		out := make([]bson.D, 0, len(in))
+		for _, doc := range in {
+			var keys []any
+			for _, v := range traverse(doc, local) {
+				if a, ok := v.(bson.A); ok {
+					keys = append(keys, a...)
+				} else {
+					keys = append(keys, v)
+				}
+			}
+			if len(keys) == 0 {
+				keys = []any{nil}
+			}
+			matches := bson.A{}
+			for _, o := range others {
+				vals, missing := traverseM(o, strings.Split(foreign, "."))
+				for _, k := range keys {
+					if eqPred(k)(vals, missing || len(vals) == 0) {
+						matches = append(matches, o)
+						break
+					}
+				}
+			}
+			r, err := setIn(copyDoc(doc), strings.Split(as, "."), matches)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r.(bson.D))
+		}
+		return out, nil
+	}, nil
+}
+
+func parsePipeline(p bson.A, lookup collLookup) ([]*stage, error) {
 	stages := make([]*stage, 0, len(p))
 	for _, raw := range p {
-		st, err := parseStage(raw)
+		st, err := parseStage(raw, lookup)
 		if err != nil {
 			return nil, err
 		}

@@ -259,7 +259,7 @@ func (r *request) openChangeStream(collName string, spec any, rest bson.A) (bson
 		cs.after, cs.inclusive = p, true
 	}
 	for _, raw := range rest {
-		st, err := parseStage(raw)
+		st, err := parseStage(raw, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -198,7 +198,7 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 			return r.sess.retryReply, nil
 		}
 	}
-	reply, err := h(r)
+	reply, err := callHandler(h, r)
 	if r.tx != nil && r.name != "commitTransaction" && r.name != "abortTransaction" {
 		if err != nil || hasWriteErrors(reply) {
 			r.st.abortTxn(r.tx)
@@ -491,4 +491,19 @@ func sessionKey(lsid bson.D) string {
 		return hex.EncodeToString(b.Data)
 	}
 	return keyString(id)
+}
+
+// callHandler runs a command handler, turning an expression error raised
+// inside a query matcher into the command's error.
+func callHandler(h handler, r *request) (reply bson.D, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ee, ok := p.(exprError)
+			if !ok {
+				panic(p)
+			}
+			reply, err = nil, ee.err
+		}
+	}()
+	return h(r)
 }

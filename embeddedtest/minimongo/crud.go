@@ -1006,7 +1006,17 @@ func cmdAggregate(r *request) (bson.D, error) {
 			return r.openChangeStream(name, d[0].Value, pipeline[1:])
 		}
 	}
-	stages, err := parsePipeline(pipeline)
+	stages, err := parsePipeline(pipeline, func(coll string) []bson.D {
+		c := r.st.getColl(r.db, coll)
+		if c == nil {
+			return nil
+		}
+		var docs []bson.D
+		for _, kd := range r.view().all(c) {
+			docs = append(docs, kd.doc)
+		}
+		return docs
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -44,11 +44,12 @@
 //   - aggregate with $match, $sort, $skip, $limit, $project, $addFields/$set, $unset,
 //     $replaceRoot/$replaceWith, $count, $group ($sum, $avg, $min, $max, $first, $last,
 //     $push, $addToSet, $count; _id from field paths, documents of expressions or
-//     constants), $unwind (string or document form) and $changeStream. Expressions are
-//     field paths, $$ROOT/$$CURRENT/$$REMOVE, literals, documents and arrays of
-//     expressions, and the operators $literal $add $subtract $multiply $divide $mod
-//     $concat $toUpper $toLower $eq $ne $gt $gte $lt $lte $cmp $and $or $not $cond $ifNull
-//     $size $arrayElemAt $in $type; other expression operators fail with 168.
+//     constants), $unwind (string or document form), $sortByCount, $lookup (from,
+//     localField, foreignField, as; not the let/pipeline form) and $changeStream.
+//     Expressions are field paths, $$ROOT/$$CURRENT/$$REMOVE, literals, documents and
+//     arrays of expressions, and the operators $literal $add $subtract $multiply $divide
+//     $mod $concat $toUpper $toLower $eq $ne $gt $gte $lt $lte $cmp $and $or $not $cond
+//     $ifNull $size $arrayElemAt $in $type; other expression operators fail with 168.
 //   - createIndexes (key, name, unique, sparse, partialFilterExpression,
 //     expireAfterSeconds), listIndexes, dropIndexes (by name, names, key pattern or "*").
 //   - commitTransaction, abortTransaction.
@@ -57,14 +58,15 @@
 //
 // $eq $ne $gt $gte $lt $lte $in $nin $exists $and $or $nor $not $regex (options i, m, s)
 // $type (names, numbers, "number") $size $all (including $elemMatch members) $elemMatch
-// $mod and $comment; dotted paths with array traversal and numeric indexes; MongoDB's
-// array matching rules (an array matches a condition if it or any element does; null
-// matches missing fields); the BSON comparison order across types (MinKey, null, numbers,
-// strings, objects, arrays, binary, ObjectId, bool, date, timestamp, regex, MaxKey) with
-// range operators comparing only within a type bracket; numbers compared by value across
-// int32, int64, double and decimal128, NaN equal to itself and outside ranges. Sorting
-// uses the smallest (ascending) or largest (descending) array element. Strings compare
-// binary; collations are not supported.
+// $mod $expr (with the expression operators above) and $comment; dotted paths with array
+// traversal and numeric indexes; MongoDB's array matching rules (an array matches a
+// condition if it or any element does; null matches missing fields); the BSON comparison
+// order across types (MinKey, null, numbers, strings, objects, arrays, binary, ObjectId,
+// bool, date, timestamp, regex, MaxKey) with range operators comparing only within a type
+// bracket; numbers compared by value across int32, int64, double and decimal128, NaN equal
+// to itself and outside ranges. Sorting uses the smallest (ascending) or largest
+// (descending) array element. Strings compare binary; collations are not supported.
+// Partial index filters accept only the operators MongoDB allows there.
 //
 // # Updates
 //
@@ -126,7 +128,7 @@
 // # Not supported
 //
 // Authentication, TLS, compression, collations, text/geo/hashed/wildcard indexes,
-// filtered positional updates and arrayFilters, pipeline updates, $expr/$where/$text/
+// filtered positional updates and arrayFilters, pipeline updates, $where/$text/
 // $jsonSchema and geo/bitwise query operators, aggregation stages and expression operators
 // not listed above, views, capped and time-series collections, validators,
 // renameCollection, explain, snapshot reads outside transactions, showExpandedEvents in

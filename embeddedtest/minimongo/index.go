@@ -76,6 +76,9 @@ func parseIndexSpec(spec bson.D) (*index, error) {
 			if !ok {
 				return nil, newErr(codeTypeMismatch, "partialFilterExpression must be an object")
 			}
+			if err := checkPartialFilter(d); err != nil {
+				return nil, err
+			}
 			m, err := compileFilter(d)
 			if err != nil {
 				return nil, err
@@ -405,4 +408,36 @@ func ttlDate(doc bson.D, path string) (time.Time, bool) {
 func docKeyOf(doc bson.D) bson.D {
 	id, _ := lookupField(doc, "_id")
 	return bson.D{{Key: "_id", Value: id}}
+}
+
+// checkPartialFilter allows only the operators MongoDB accepts in a partial
+// index filter.
+func checkPartialFilter(f bson.D) error {
+	for _, e := range f {
+		switch e.Key {
+		case "$and", "$or":
+			arr, _ := e.Value.(bson.A)
+			for _, x := range arr {
+				if d, ok := x.(bson.D); ok {
+					if err := checkPartialFilter(d); err != nil {
+						return err
+					}
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(e.Key, "$") {
+			return newErr(67, "Expression not supported in partial index: %s", e.Key)
+		}
+		if d, ok := isOperatorDoc(e.Value); ok {
+			for _, op := range d {
+				switch op.Key {
+				case "$eq", "$exists", "$gt", "$gte", "$lt", "$lte", "$type", "$in":
+				default:
+					return newErr(67, "Expression not supported in partial index: %s", op.Key)
+				}
+			}
+		}
+	}
+	return nil
 }

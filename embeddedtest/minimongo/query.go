@@ -134,7 +134,23 @@ func compileElem(e bson.E) (matcher, error) {
 			}
 		case "$comment":
 			return nil, nil
-		case "$expr", "$where", "$text", "$jsonSchema", "$sampleRate":
+		case "$expr":
+			expr := e.Value
+			if _, _, err := evalExpr(expr, bson.D{}); err != nil {
+				if ce := asCmdError(err); ce.Code == codeInvalidPipelineOperator || ce.Code == 15983 {
+					return nil, err
+				}
+			}
+			return func(doc bson.D) bool {
+				v, ok, err := evalExpr(expr, doc)
+				if err != nil {
+					// matchers cannot return errors; dispatch turns this
+					// back into the command's error
+					panic(exprError{err})
+				}
+				return ok && truthy(v)
+			}, nil
+		case "$where", "$text", "$jsonSchema", "$sampleRate":
 			return nil, errUnsupported("query operator " + e.Key)
 		}
 		return nil, errBadValue("unknown top level operator: " + e.Key + ". If you have a field name that starts with a '$' symbol, consider using $getField or $setField.")
@@ -353,7 +369,7 @@ func compileOperators(d bson.D) (valuesPred, error) {
 				return int64(f)%div == rem
 			})
 		case "$geoWithin", "$geoIntersects", "$near", "$nearSphere", "$bitsAllSet", "$bitsAnySet",
-			"$bitsAllClear", "$bitsAnyClear", "$jsonSchema", "$expr", "$where", "$text":
+			"$bitsAllClear", "$bitsAnyClear", "$jsonSchema", "$where", "$text":
 			return nil, errUnsupported("query operator " + e.Key)
 		default:
 			return nil, errBadValue("unknown operator: " + e.Key)
@@ -600,3 +616,6 @@ func isNaN(v any) bool {
 	}
 	return false
 }
+
+// exprError carries an expression evaluation error out of a matcher.
+type exprError struct{ err error }

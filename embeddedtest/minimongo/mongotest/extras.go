@@ -77,6 +77,37 @@ var extraTests = map[string]func(t *testing.T, env Env){
 		))
 		requireJSON(t, `[{"_id":"a","avg":2.0,"set":["a"],"n":[1,2]},{"_id":"b","avg":5.0,"set":["b"],"n":[3]}]`, got)
 	},
+	"ExprLookupSortByCount": func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		orders, users := env.DB.Collection("orders"), env.DB.Collection("users")
+		_, err := users.InsertMany(ctx, []any{D("_id", "u1", "name", "ann"), D("_id", "u2", "name", "bob")})
+		require.NoError(t, err)
+		_, err = orders.InsertMany(ctx, []any{
+			D("_id", 1, "user", "u1", "qty", 5, "min", 3),
+			D("_id", 2, "user", "u2", "qty", 1, "min", 3),
+			D("_id", 3, "user", "u1", "qty", 4, "min", 4),
+			D("_id", 4, "user", "nobody", "qty", 9, "min", 1),
+		})
+		require.NoError(t, err)
+		got := findAll(t, orders, D("$expr", D("$gt", A("$qty", "$min"))), options.Find().SetSort(D("_id", 1)))
+		require.Equal(t, []any{int32(1), int32(4)}, ids(got))
+		_, err = orders.Find(ctx, D("$expr", D("$divide", A("$qty", 0))))
+		requireCode(t, err, 2)
+		got = aggregate(t, orders, A(
+			D("$match", D("_id", D("$lte", 2))),
+			D("$lookup", D("from", "users", "localField", "user", "foreignField", "_id", "as", "who")),
+			D("$project", D("who.name", 1)),
+		))
+		requireJSON(t, `[{"_id":1,"who":[{"name":"ann"}]},{"_id":2,"who":[{"name":"bob"}]}]`, got)
+		got = aggregate(t, orders, A(
+			D("$match", D("_id", 4)),
+			D("$lookup", D("from", "users", "localField", "user", "foreignField", "_id", "as", "who")),
+			D("$project", D("who", 1)),
+		))
+		requireJSON(t, `[{"_id":4,"who":[]}]`, got)
+		got = aggregate(t, orders, A(D("$sortByCount", "$user"), D("$limit", 1)))
+		requireJSON(t, `[{"_id":"u1","count":2}]`, got)
+	},
 	"PushSortByField": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
 		coll := env.DB.Collection("p")
