@@ -54,7 +54,7 @@
 // # Files and linting
 //
 // Schema files live in <dir>/<topic>/v<N>.json with an optional v<N>.meta.json sidecar
-// carrying the version's compatibility mode and declarative upcaster. CheckDir checks them
+// carrying the version's compatibility mode, policy and declarative upcaster. CheckDir checks them
 // offline, PushDir registers them idempotently; `bridge schema check|push` wrap them for CI.
 // Lint (and `bridge lint`) finds publish calls in Go, JavaScript/TypeScript and Python and
 // reports invalid topics, topics without a schema and bad custom header names, with the

@@ -94,6 +94,10 @@ func TestPushDir(t *testing.T) {
 	v2, err := r.Get(ctx, "orders.created", 2)
 	require.NoError(t, err)
 	assert.Equal(t, schema.ModeNone, v2.Mode)
+	u2, err := r.Get(ctx, "users.signedup", 2)
+	require.NoError(t, err)
+	assert.Equal(t, schema.ModeFull, u2.Mode)
+	assert.Equal(t, schema.PolicyLenient, u2.Policy)
 
 	// Idempotent.
 	pushed, err = schema.PushDir(ctx, r, "testdata/files/good")

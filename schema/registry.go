@@ -35,8 +35,9 @@ type Version struct {
 	Version int    `json:"version"`
 	// Schema is the JSON Schema document as registered.
 	Schema json.RawMessage `json:"schema"`
-	// Mode is the compatibility mode the version was checked under when registered.
-	Mode Mode `json:"mode"`
+	// Mode and Policy are what the version was checked under when registered.
+	Mode   Mode   `json:"mode"`
+	Policy Policy `json:"policy,omitempty"`
 	// Upcast is the declarative upcaster from the previous version to this one. nil means
 	// there is none; an empty, non-nil list declares the hop an identity.
 	Upcast []Op `json:"upcast"`
@@ -491,7 +492,7 @@ func (r *Registry) register(ctx context.Context, topic string, doc []byte, dryRu
 			return nil, nil
 		}
 		v := &Version{
-			Topic: topic, Version: next, Schema: compact(doc), Mode: mode, Upcast: o.upcast,
+			Topic: topic, Version: next, Schema: compact(doc), Mode: mode, Policy: policy, Upcast: o.upcast,
 			Fingerprint: fp, Created: time.Now().UTC(),
 		}
 		data, err := json.Marshal(v)
