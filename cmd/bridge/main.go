@@ -3,6 +3,8 @@
 //	bridge schema push [--nats-url URL] [--bucket NAME] DIR   push schema files to the registry
 //	bridge schema check DIR                                   check schema files offline
 //	bridge lint [--schemas DIR] [--tests] PATH...             lint publish calls
+//	bridge dev [--dir data] [--nats-port 4222] [--mongo-addr ADDR] local NATS + MongoDB backend
+//	bridge dlq list|count|show|replay|discard|sweep [flags]  dead-letter tools
 //
 // Exit status: 0 on success, 1 when checks find problems or a command fails, 2 on bad usage.
 package main
@@ -36,6 +38,8 @@ func commands() []command {
 	return []command{
 		{"schema", "manage schema files: push DIR, check DIR", runSchema},
 		{"lint", "lint topics and headers of publish calls: lint [--schemas DIR] PATH...", runLint},
+		{"dev", "run embedded NATS and the MongoDB test backend locally until interrupted", runDev},
+		{"dlq", "inspect, replay and discard dead letters; sweep: the safety net", runDLQ},
 	}
 }
 

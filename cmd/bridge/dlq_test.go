@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/embeddedtest"
+	"github.com/jetbus/jetbus/jetstream"
+)
+
+func bridge(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestDLQCommands(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	url := s.ClientURL()
+	ctx := context.Background()
+	nc := embeddedtest.Connect(t, url)
+	bare, err := jetstream.Open(ctx, nc)
+	require.NoError(t, err)
+	q, err := dlq.Open(ctx, bare.JetStream(), dlq.Config{})
+	require.NoError(t, err)
+	defer q.Close()
+	bus, err := jetstream.Open(ctx, nc, jetstream.WithHandlerMiddleware(q.Middleware()))
+	require.NoError(t, err)
+	require.NoError(t, bus.EnsureTopic(ctx, jetstream.TopicConfig{Name: "orders"}))
+	var mu sync.Mutex
+	fixed := false
+	handled := 0
+	sub, err := bus.Subscribe(ctx, "orders", "billing", func(context.Context, *jetbus.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !fixed {
+			return jetbus.Permanent(errors.New("no card"))
+		}
+		handled++
+		return nil
+	}, jetbus.FromEarliest())
+	require.NoError(t, err)
+	defer sub.Stop()
+	for _, k := range []string{"a", "b"} {
+		_, err := bus.Publish(ctx, "orders", map[string]string{"k": k}, jetbus.WithKey(k))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { n, _ := q.Count(ctx, dlq.Filter{}); return n == 2 }, 10*time.Second, 10*time.Millisecond)
+
+	code, out, _ := bridge(t, "dlq", "count", "--nats-url", url)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "2\n", out)
+	code, out, _ = bridge(t, "dlq", "list", "--nats-url", url, "--key", "a")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, 1, strings.Count(out, "\n"))
+	assert.Contains(t, out, "billing\tpermanent")
+	code, out, _ = bridge(t, "dlq", "list", "--nats-url", url, "--json", "--since", "1h")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, 2, strings.Count(out, `"Reason":"permanent"`))
+	code, out, _ = bridge(t, "dlq", "show", "1", "--nats-url", url)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, `"Group": "billing"`)
+	code, _, _ = bridge(t, "dlq", "show", "x", "--nats-url", url)
+	assert.Equal(t, 2, code)
+	code, _, errOut := bridge(t, "dlq", "show", "99", "--nats-url", url)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "not found")
+	code, _, _ = bridge(t, "dlq", "list", "--nats-url", url, "--since", "yesterday")
+	assert.Equal(t, 2, code, "bad time")
+	code, _, errOut = bridge(t, "dlq", "list", "--nats-url", url, "--topic", "Bad Topic")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "invalid filter")
+	code, _, _ = bridge(t, "dlq", "frobnicate")
+	assert.Equal(t, 2, code)
+
+	code, out, _ = bridge(t, "dlq", "replay", "--nats-url", url, "--dry-run")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, 2, strings.Count(out, "would replay"))
+	mu.Lock()
+	fixed = true
+	mu.Unlock()
+	code, out, _ = bridge(t, "dlq", "replay", "--nats-url", url, "--key", "a")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "replayed 1 of 1")
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return handled == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	code, _, errOut = bridge(t, "dlq", "discard", "--nats-url", url)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "would remove 1")
+	code, out, _ = bridge(t, "dlq", "discard", "--nats-url", url, "--yes")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "discarded 1\n", out)
+	n, err := q.Count(ctx, dlq.Filter{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, n)
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a polling reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestDevCommand(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"dev", "--dir", t.TempDir(), "--nats-port", "-1", "--mongo-addr", "127.0.0.1:0"}, &out, &errOut)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "MongoDB: mongodb://") }, 10*time.Second, 10*time.Millisecond, errOut.String())
+	line := strings.SplitN(out.String(), "\n", 2)[0]
+	url := strings.Fields(line)[1]
+	nc := embeddedtest.Connect(t, url)
+	bus, err := jetstream.Open(ctx, nc)
+	require.NoError(t, err, "the printed NATS URL serves JetStream")
+	require.NoError(t, bus.EnsureTopic(ctx, jetstream.TopicConfig{Name: "dev"}))
+	cancel()
+	assert.Equal(t, 0, <-done)
+}
