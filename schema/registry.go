@@ -69,8 +69,10 @@ type topicConfig struct {
 
 // entry is a cached version with its compiled schema.
 type entry struct {
-	v *Version
-	c *compiled // shared by the revisions of a version with the same schema
+	v     *Version
+	c     *compiled // shared by the revisions of a version with the same schema
+	up    Upcaster  // the declarative upcaster from the previous version, if any
+	upErr error
 }
 
 // compiled is a schema compiled on first use.
@@ -322,6 +324,9 @@ func applyEntry(topics map[string]*topicState, log *slog.Logger, key string, val
 		}
 		v.Topic, v.Version, v.Revision = topic, version, rev
 		e := &entry{v: &v, c: &compiled{}}
+		if v.Upcast != nil {
+			e.up, e.upErr = Declarative(v.Upcast...)
+		}
 		if cur != nil && cur.v.Fingerprint == v.Fingerprint {
 			e.c = cur.c // same schema (e.g. soft-deleted): keep the compiled one
 		}

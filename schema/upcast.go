@@ -298,11 +298,10 @@ func (r *Registry) chain(topic string, from int) ([]Upcaster, int, error) {
 			continue
 		}
 		if next := t.versions[v+1]; next != nil && next.v.Upcast != nil {
-			fn, err := Declarative(next.v.Upcast...)
-			if err != nil {
-				return nil, 0, err
+			if next.upErr != nil {
+				return nil, 0, fmt.Errorf("%s v%d: %w", topic, v+1, next.upErr)
 			}
-			steps = append(steps, fn)
+			steps = append(steps, next.up)
 			continue
 		}
 		return nil, 0, fmt.Errorf("%w: %s from v%d to v%d", ErrMissingUpcaster, topic, v, v+1)
