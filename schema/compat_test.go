@@ -149,6 +149,16 @@ var compatCases = []compatCase{
 	{name: "dependentRequired added", old: objAB, new: `{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},"dependentRequired":{"a":["b"]}}`, back: "DEPENDENCY_ADDED"},
 	{name: "propertyNames restricted", old: `{"type":"object"}`, new: `{"type":"object","propertyNames":{"pattern":"^[a-z]+$"}}`, back: "PATTERN_ADDED"},
 	{name: "minProperties added", old: `{"type":"object"}`, new: `{"type":"object","minProperties":1}`, back: "MIN_PROPERTIES_ADDED"},
+	{name: "draft-07 tuple: additionalItems closed",
+		old:  `{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"type":"string"}]}`,
+		new:  `{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":[{"type":"string"}],"additionalItems":false}`,
+		back: "ADDITIONAL_ITEMS_REMOVED"},
+	{name: "conditional added", old: objAB,
+		new:  `{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},"if":{"required":["a"]},"then":{"required":["b"]}}`,
+		back: "CONDITIONAL_CHANGED", fwd: ""},
+	{name: "unevaluatedProperties added", old: objAB,
+		new:  `{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},"unevaluatedProperties":false}`,
+		back: "UNSUPPORTED_KEYWORD_CHANGED"},
 	{name: "maxProperties increased", old: `{"type":"object","maxProperties":2}`, new: `{"type":"object","maxProperties":3}`, fwd: "MAX_PROPERTIES_DECREASED"},
 }
 
