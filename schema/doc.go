@@ -29,10 +29,12 @@
 //   - Every Registry watches the whole bucket and serves reads and middlewares from that view,
 //     so a version registered in one process is enforced by another. Staleness bound: a
 //     change reaches other processes when the watch delivers it, within milliseconds on a
-//     healthy connection. The watch is an ordered consumer with idle heartbeats (5 s in
-//     nats.go); after lost messages or a reconnect it resumes from the last revision it saw,
-//     so a process catches up within about two heartbeat intervals (10 s) of its connection
-//     being healthy again. A process sees its own registrations at once.
+//     healthy connection. Every resync interval (WithResyncInterval, default 1 s) the
+//     Registry compares the bucket's last sequence with the last revision its watch
+//     delivered and restarts a watch that stayed behind for two checks (its consumer was lost
+//     in a server restart, say), so while its connection is up a process's view is at most
+//     about two intervals (2 s) old. While disconnected it keeps the last view, and publishes
+//     through the same connection fail anyway. A process sees its own registrations at once.
 //   - Compiled schemas are cached per (topic, version) in that view, compiled on first use.
 //     Remote $refs are refused: a schema must be self-contained. Draft 2020-12 applies unless
 //     $schema names another; "format" is an annotation.

@@ -3,6 +3,7 @@ package schema
 import (
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // Option configures Open.
@@ -16,7 +17,11 @@ type options struct {
 	policy    Policy
 	log       *slog.Logger
 	upcasters []goUpcaster
+	resync    time.Duration
 }
+
+// DefaultResyncInterval is how often a Registry checks that its watch is current.
+const DefaultResyncInterval = time.Second
 
 type goUpcaster struct {
 	topic string
@@ -73,6 +78,19 @@ func WithPolicy(p Policy) Option {
 func WithUpcaster(topic string, from int, fn Upcaster) Option {
 	return func(o *options) error {
 		o.upcasters = append(o.upcasters, goUpcaster{topic: topic, from: from, fn: fn})
+		return nil
+	}
+}
+
+// WithResyncInterval sets how often the Registry compares its watch with the bucket and
+// restarts a watch that stalled (default DefaultResyncInterval, at least 10ms). It bounds how
+// stale a process's view can get while its connection is up: about two intervals.
+func WithResyncInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: resync interval must be at least 10ms, got %s", ErrInvalidOption, d)
+		}
+		o.resync = d
 		return nil
 	}
 }

@@ -161,11 +161,12 @@ type Registry struct {
 //   - WithDefaultMode(m): the mode of topics with no mode set (default BACKWARD).
 //   - WithPolicy(p): the policy of topics with no policy set (default STRICT).
 //   - WithUpcaster(topic, from, fn): a Go upcaster, as AddUpcaster.
+//   - WithResyncInterval(d): how often the watch is checked against the bucket (default 1s).
 //   - WithLogger(l): where to log (nil: discard).
 //
 // Close the Registry to stop its watch.
 func Open(ctx context.Context, js JetStream, opts ...Option) (*Registry, error) {
-	o := options{bucket: DefaultBucket, replicas: 1, mode: DefaultMode, policy: PolicyStrict}
+	o := options{bucket: DefaultBucket, replicas: 1, mode: DefaultMode, policy: PolicyStrict, resync: DefaultResyncInterval}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -215,7 +216,7 @@ func Open(ctx context.Context, js JetStream, opts ...Option) (*Registry, error) 
 	}
 	r.cancel = cancel
 	ready := make(chan struct{})
-	go r.watch(w, ready)
+	go r.watch(wctx, w, ready)
 	select {
 	case <-ready:
 		return r, nil
@@ -228,18 +229,26 @@ func Open(ctx context.Context, js JetStream, opts ...Option) (*Registry, error) 
 	}
 }
 
-// watch applies the bucket's changes to the cache until Close.
-func (r *Registry) watch(w natsjs.KeyWatcher, ready chan struct{}) {
+// watch applies the bucket's changes to the cache until Close. Every resync interval it
+// compares the bucket's last sequence with the last revision the watch delivered; when the
+// watch stays behind for two intervals in a row (it stalled, e.g. its consumer was lost in a
+// server restart) it is replaced by a new one resuming after the last revision seen.
+func (r *Registry) watch(ctx context.Context, w natsjs.KeyWatcher, ready chan struct{}) {
 	defer close(r.watchDone)
 	defer func() { _ = w.Stop() }()
-	initial := true
+	updates := w.Updates()
+	tick := time.NewTicker(r.opt.resync)
+	defer tick.Stop()
+	initial, behind := true, false
+	var lastRev uint64
 	for {
 		select {
 		case <-r.closed:
 			return
-		case e, ok := <-w.Updates():
+		case e, ok := <-updates:
 			if !ok {
-				return
+				updates = nil // ended by the library: the next checks restart it
+				continue
 			}
 			if e == nil {
 				if initial {
@@ -248,9 +257,48 @@ func (r *Registry) watch(w natsjs.KeyWatcher, ready chan struct{}) {
 				}
 				continue
 			}
+			lastRev = max(lastRev, e.Revision())
 			r.apply(e.Key(), e.Value(), e.Revision(), e.Operation() != natsjs.KeyValuePut)
+		case <-tick.C:
+			if initial {
+				continue
+			}
+			if updates != nil {
+				last, err := r.lastSeq(ctx)
+				if err != nil || last <= lastRev {
+					behind = false
+					continue
+				}
+				if !behind {
+					behind = true // a change may just be on its way: check again next time
+					continue
+				}
+				r.log.Warn("schema: registry watch fell behind, restarting it", "seen", lastRev, "stored", last)
+			}
+			nw, err := r.kv.WatchAll(ctx, natsjs.ResumeFromRevision(lastRev+1))
+			if err != nil {
+				r.log.Warn("schema: restarting the registry watch", "err", err)
+				continue
+			}
+			_ = w.Stop()
+			w, updates, behind = nw, nw.Updates(), false
 		}
 	}
+}
+
+// lastSeq returns the bucket's last sequence: the revision of its latest change.
+func (r *Registry) lastSeq(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opt.resync)
+	defer cancel()
+	st, err := r.kv.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	bs, ok := st.(*natsjs.KeyValueBucketStatus)
+	if !ok {
+		return 0, fmt.Errorf("schema: unexpected bucket status %T", st)
+	}
+	return bs.StreamInfo().State.LastSeq, nil
 }
 
 // Key layout: "v.<topic>.<version>" holds a Version, "c.<topic>" a topicConfig.

@@ -184,7 +184,7 @@ func TestRegistryBadInput(t *testing.T) {
 
 	js, err := natsjs.New(embeddedtest.Connect(t, embeddedtest.NATS(t).ClientURL()))
 	require.NoError(t, err)
-	for _, opt := range []schema.Option{schema.WithBucket(""), schema.WithReplicas(0), schema.WithDefaultMode("up"), schema.WithPolicy("loose")} {
+	for _, opt := range []schema.Option{schema.WithBucket(""), schema.WithReplicas(0), schema.WithDefaultMode("up"), schema.WithPolicy("loose"), schema.WithResyncInterval(time.Millisecond)} {
 		_, err := schema.Open(ctx, js, opt)
 		require.Error(t, err)
 	}
