@@ -231,8 +231,8 @@ func Open(ctx context.Context, js JetStream, opts ...Option) (*Registry, error) 
 
 // watch applies the bucket's changes to the cache until Close. Every resync interval it
 // compares the bucket's last sequence with the last revision the watch delivered; when the
-// watch stays behind for two intervals in a row (it stalled, e.g. its consumer was lost in a
-// server restart) it is replaced by a new one resuming after the last revision seen.
+// watch is behind and has not moved for a whole interval (it stalled, e.g. its consumer was
+// lost in a server restart) it is replaced by a new one resuming after the last revision seen.
 func (r *Registry) watch(ctx context.Context, w natsjs.KeyWatcher, ready chan struct{}) {
 	defer close(r.watchDone)
 	defer func() { _ = w.Stop() }()
@@ -240,7 +240,7 @@ func (r *Registry) watch(ctx context.Context, w natsjs.KeyWatcher, ready chan st
 	tick := time.NewTicker(r.opt.resync)
 	defer tick.Stop()
 	initial, behind := true, false
-	var lastRev uint64
+	var lastRev, stuckAt uint64
 	for {
 		select {
 		case <-r.closed:
@@ -269,8 +269,10 @@ func (r *Registry) watch(ctx context.Context, w natsjs.KeyWatcher, ready chan st
 					behind = false
 					continue
 				}
-				if !behind {
-					behind = true // a change may just be on its way: check again next time
+				if !behind || lastRev != stuckAt {
+					// A change may just be on its way, or the watch is busy but moving: check
+					// again next time.
+					behind, stuckAt = true, lastRev
 					continue
 				}
 				r.log.Warn("schema: registry watch fell behind, restarting it", "seen", lastRev, "stored", last)
