@@ -340,3 +340,20 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
+
+// A middleware that sends an event elsewhere is held to the same name rules.
+func TestMiddlewareTopicIsValidated(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	redirect := func(next jetbus.PublishFunc) jetbus.PublishFunc {
+		return func(ctx context.Context, e *jetbus.Event) error {
+			cp := *e
+			cp.Topic = "Not.Valid"
+			return next(ctx, &cp)
+		}
+	}
+	b := openBus(t, s.ClientURL(), jbjs.WithPublishMiddleware(redirect))
+	ctx := context.Background()
+	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "src"}))
+	_, err := b.Publish(ctx, "src", 1)
+	assert.ErrorIs(t, err, jetbus.ErrInvalidTopic)
+}

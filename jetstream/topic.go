@@ -200,6 +200,11 @@ func (c *topicCache) get(ctx context.Context, topic string) (*topicEntry, error)
 	if e != nil && time.Now().Before(e.expires) {
 		return e, nil
 	}
+	if e == nil {
+		if err := jetbus.ValidateTopic(topic); err != nil {
+			return nil, err
+		}
+	}
 	s, err := c.js.Stream(ctx, jetbus.StreamName(topic))
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
 		c.forget(topic)
