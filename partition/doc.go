@@ -1,7 +1,76 @@
 // Package partition owns how events are spread over a topic's partitions and how a consumer
-// group's partitions are spread over its members.
+// group's partitions are spread over its members: the key hash, group membership in KV, the
+// assignment of partitions to members, partition leases, and the partitioned subscriber that
+// puts them together.
+//
+// It does not own streams, consumers, fetching, acknowledgement or retries: those are the
+// Bus's (package jetstream), reached through the small Consumer interface. Per-key
+// parallelism inside a partition is the Bus's as well.
+//
+// # Keys and partitions
 //
 // The partition of a key is Jump(Hash(key), N): FNV-1a 64 of the key's UTF-8 bytes, then
 // Lamping and Veach's jump consistent hash. Every jetbus client, in any language, computes the
-// same partition for the same key; the vectors in hash_test.go pin it.
+// same partition for the same key; the vectors in hash_test.go pin it. Growing N to N+1 moves
+// about 1/(N+1) of the keys, all to the new partition.
+//
+// # Buckets and keys
+//
+// Per group, the bucket "jetbus_group_<group>" (MaxAge = the member TTL, History 1, limit
+// markers on so that every watcher sees a key expire) holds:
+//
+//	m.<topic>.<member>   a member of the group for topic: JSON MemberInfo (id, host, pid,
+//	                     version, joined), rewritten every heartbeat
+//	l.<topic>.p<n>       the lease of partition n: JSON LeaseInfo (owner, acquired, renewed),
+//	                     created with a compare-and-set on the key's last revision, renewed
+//	                     with an update on the revision, released with a delete on the
+//	                     revision; an unrenewed lease expires with the bucket's MaxAge
+//
+// The bucket "jetbus_assignments" (no expiry, History 1) holds one key per group and topic:
+//
+//	<group>.<topic>      the current assignment: JSON {members, owners} (owners[p] is the
+//	                     member owning partition p)
+//
+// # Assignment
+//
+// Every member watches the member keys and the assignment key. When the live members differ
+// from the members the stored assignment was computed for, a member computes
+// Rebalance(stored owners, live members, P) — a pure function, so every member computes the
+// same — and stores it with a compare-and-set on the key's revision; the others see it through
+// their watch. Rebalance is balanced (loads differ by at most one) and moves as little as
+// possible: when one member joins M members, only partitions that go to it move (at most
+// ⌈P/(M+1)⌉); when one leaves, only its partitions move. The previous assignment is an input
+// because no function of the member set alone can have both properties (see Rebalance).
+//
+// # Ownership and fencing
+//
+// A member consumes partition p only while it holds p's lease. The owner named by the
+// assignment takes the lease with a create; if another member holds it, it watches the key
+// until the holder releases it or it expires. On a handoff the old owner stops fetching,
+// finishes the running handler and returns the fetched but unstarted events to the server
+// (Subscription.Stop; Drain handles them instead), then releases the lease. The new owner
+// subscribes to p with jetbus.OnlyPartitions(p) and jetbus.TakeOver(); the Bus pins each
+// partition's consumer to one client (priority group "jetbus", policy pinned_client), a
+// second fence. An owner that cannot renew its lease stops the partition at once.
+//
+// # Timeouts
+//
+// Every timeout derives from Config.TTL, the member TTL (default 5s; see Timeouts):
+//
+//	heartbeat interval = TTL/3     a member silent for TTL expires
+//	lease TTL          = TTL       (the same bucket's MaxAge)
+//	renew interval     = TTL/3
+//	guard              = 4·TTL/5   an owner whose last successful renewal was sent this long
+//	                               ago stops the partition, before the server can expire
+//	                               the lease
+//
+// After a graceful leave or handoff the next owner starts at once (about one KV round trip
+// per step). After a crash the member and its leases expire within TTL of their last write;
+// the next owner then waits, if the dead owner had deliveries in flight, until its last
+// delivery is older than the subscription's AckTimeout, so that those events are redelivered
+// first and per-key order holds. Relation to AckTimeout: a handler must return within
+// AckTimeout (otherwise its event is redelivered anyway); under that condition no partition
+// is ever handled by two members at once, and a crashed member's partitions resume within
+// max(TTL, AckTimeout) plus a KV round trip. Choose TTL well above the KV round-trip time
+// (a loaded cluster needs seconds, not hundreds of milliseconds).
 package partition

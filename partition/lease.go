@@ -204,6 +204,15 @@ func (l *Lease) Renew(ctx context.Context) error {
 	b, _ := json.Marshal(info)
 	sent := time.Now()
 	rev, err := l.g.kv.Update(ctx, LeaseKey(l.g.cfg.Topic, l.p), b, l.rev)
+	if errors.Is(err, natsjs.ErrKeyRevisionMismatch) {
+		// A renewal that timed out here may have landed: only this member writes a lease it
+		// holds (others only take a free one), so a held lease with our owner and acquisition
+		// time is ours at a newer revision.
+		if cur, rerr := l.g.ReadLease(ctx, l.p); rerr == nil && cur.State == LeaseHeld &&
+			cur.Owner == l.info.Owner && cur.Acquired.Equal(l.info.Acquired) {
+			rev, err = l.g.kv.Update(ctx, LeaseKey(l.g.cfg.Topic, l.p), b, cur.Revision)
+		}
+	}
 	if errors.Is(err, natsjs.ErrKeyRevisionMismatch) || errors.Is(err, natsjs.ErrKeyNotFound) {
 		l.lost = true
 		return fmt.Errorf("%w: partition %d: %w", ErrLeaseLost, l.p, err)

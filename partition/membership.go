@@ -71,7 +71,7 @@ func (m *Membership) heartbeat(ctx context.Context, key string, value []byte) {
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, m.g.timeout.Heartbeat)
+		pctx, cancel := context.WithTimeout(ctx, 2*m.g.timeout.Heartbeat)
 		_, err := m.g.kv.Put(pctx, key, value)
 		cancel()
 		m.mu.Lock()
