@@ -12,6 +12,13 @@ import (
 const (
 	maxWireVersion = 21 // MongoDB 7.0
 	serverVersion  = "7.0.0"
+
+	// awaitableHelloCap bounds how long an awaitable hello is held. The
+	// driver may start an awaited check just after an application error
+	// marked the server unknown; MongoDB would hold that check for the full
+	// heartbeat interval (10 s), stalling the retry that waits on it. Early
+	// answers cost the monitor one more round trip.
+	awaitableHelloCap = 500 * time.Millisecond
 )
 
 // request is one command being executed.
@@ -248,11 +255,13 @@ func checkReadConcern(rc any, inTxn bool) error {
 
 func (s *Server) hello(c *conn, cmd bson.D, legacy bool) bson.D {
 	if _, ok := lookupField(cmd, "topologyVersion"); ok {
-		// Awaitable hello used by the driver's streaming monitor: nothing
-		// ever changes, so answer after maxAwaitTimeMS or at shutdown.
+		// Awaitable hello used by the driver's streaming monitor: the
+		// topology never changes, so answer after maxAwaitTimeMS (capped,
+		// see awaitableHelloCap) or at shutdown.
 		if v, ok := lookupField(cmd, "maxAwaitTimeMS"); ok {
 			if ms, ok := asInt64(v); ok && ms > 0 {
-				t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+				wait := min(time.Duration(ms)*time.Millisecond, awaitableHelloCap)
+				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
 				case <-s.closing:

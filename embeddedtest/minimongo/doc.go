@@ -28,7 +28,9 @@
 //   - hello / isMaster: isWritablePrimary, setName, hosts, primary, me, setVersion,
 //     electionId, topologyVersion, lastWrite, logicalSessionTimeoutMinutes (30),
 //     maxWireVersion 21 (MongoDB 7.0), limits, $clusterTime and operationTime. Awaitable
-//     hello (topologyVersion + maxAwaitTimeMS) waits, as the driver's monitor expects.
+//     hello (topologyVersion + maxAwaitTimeMS) waits as the driver's monitor expects, but
+//     at most 500 ms, so that a check started just after an application error cannot
+//     stall the driver's retry for a whole heartbeat interval.
 //   - ping, buildInfo, endSessions, refreshSessions, listDatabases (filter, nameOnly),
 //     listCollections (filter, nameOnly), create (with changeStreamPreAndPostImages), drop,
 //     dropDatabase, getMore, killCursors, count (query, skip, limit, hint).
