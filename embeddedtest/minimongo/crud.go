@@ -160,6 +160,17 @@ func (r *request) write(c *collection, key string, doc bson.D, ev *event) error 
 	return nil
 }
 
+// ensureColl returns the named collection of the request's database,
+// creating it implicitly. A transaction that creates a collection and then
+// aborts removes it again.
+func (r *request) ensureColl(name string) (*collection, error) {
+	c, created, err := r.st.ensureColl(r.db, name)
+	if err == nil && created && r.tx != nil {
+		r.tx.created = append(r.tx.created, c)
+	}
+	return c, err
+}
+
 // prepareInsert gives doc an _id (first) and validates it.
 func prepareInsert(doc bson.D) (bson.D, any, error) {
 	id, ok := lookupField(doc, "_id")
@@ -234,7 +245,7 @@ func cmdInsert(r *request) (bson.D, error) {
 		return nil, newErr(codeFailedToParse, "BSON field 'insert.documents' is missing but a required field")
 	}
 	ordered := r.boolArg("ordered", true)
-	c, _, err := r.st.ensureColl(r.db, name)
+	c, err := r.ensureColl(name)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +396,7 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 		return nil, err
 	}
 	if c == nil {
-		if c, _, err = r.st.ensureColl(r.db, name); err != nil {
+		if c, err = r.ensureColl(name); err != nil {
 			return nil, err
 		}
 	}

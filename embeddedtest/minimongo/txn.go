@@ -37,6 +37,7 @@ type txn struct {
 	order    []txRef
 	events   []*event
 	locks    []string
+	created  []*collection // collections created implicitly by the transaction
 }
 
 type txWrite struct {
@@ -170,6 +171,15 @@ func (st *storage) abortTxn(tx *txn) {
 		return
 	}
 	tx.state = txnAborted
+	for _, c := range tx.created {
+		if st.getColl(c.db, c.name) == c && len(c.docs) == 0 && len(c.indexes) == 1 {
+			d := st.dbs[c.db]
+			delete(d.colls, c.name)
+			if len(d.colls) == 0 {
+				delete(st.dbs, c.db)
+			}
+		}
+	}
 	st.endTxn(tx)
 }
 

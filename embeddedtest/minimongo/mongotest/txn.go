@@ -92,9 +92,14 @@ var txnTests = map[string]func(t *testing.T, env Env){
 		_, err = a.DeleteOne(sctx, D("_id", 1))
 		require.NoError(t, err)
 		require.Equal(t, int64(0), count(t, sctx, a, D("_id", 1)))
+		_, err = env.DB.Collection("new").InsertOne(sctx, D("_id", 1))
+		require.NoError(t, err)
 		require.NoError(t, sess.AbortTransaction(ctx))
 		got := findAll(t, a, D())
 		requireJSON(t, `[{"_id":1}]`, got)
+		names, err := env.DB.ListCollectionNames(ctx, D("name", "new"))
+		require.NoError(t, err)
+		require.Empty(t, names, "a collection created by an aborted transaction does not exist")
 	},
 	"SnapshotIsolation": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
