@@ -379,13 +379,16 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 		return res, nil
 	}
 	var seed bson.D
+	if seed, err = upsertSeed(q); err != nil {
+		return nil, err
+	}
 	if spec.isRepl {
+		// a replacement keeps only the _id of the filter
+		id, ok := lookupField(seed, "_id")
 		seed = bson.D{}
-		if id, ok := eqValue(q, "_id"); ok {
+		if ok {
 			seed = bson.D{{Key: "_id", Value: id}}
 		}
-	} else if seed, err = upsertSeed(q); err != nil {
-		return nil, err
 	}
 	rs, err := spec.resolve(seed, q, true)
 	if err != nil {

@@ -246,15 +246,16 @@ func eqValue(filter bson.D, field string) (any, bool) {
 		if e.Key == field {
 			n++
 			v := e.Value
-			if d, ok := v.(bson.D); ok {
-				if len(d) == 1 && d[0].Key == "$eq" {
-					v = d[0].Value
-				} else {
+			if d, ok := isOperatorDoc(v); ok {
+				if len(d) != 1 || d[0].Key != "$eq" {
 					return nil, false
 				}
+				v = d[0].Value
 			}
+			// a literal document matches by exact equality, which keys encode;
+			// arrays, regexes and null have wider matching rules
 			switch v.(type) {
-			case bson.D, bson.A, bson.Regex, nil, bson.Undefined, bson.MinKey, bson.MaxKey:
+			case bson.A, bson.Regex, nil, bson.Undefined, bson.MinKey, bson.MaxKey:
 				return nil, false
 			}
 			found = v

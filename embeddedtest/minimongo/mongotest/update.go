@@ -98,6 +98,15 @@ var updateTests = map[string]func(t *testing.T, env Env){
 		res, err = coll.UpdateOne(ctx, D("_id", "given"), D("$set", D("v", 1)), options.UpdateOne().SetUpsert(true))
 		require.NoError(t, err)
 		require.Equal(t, "given", res.UpsertedID)
+		// document-valued _id, from the filter of a replacement upsert
+		res, err = coll.ReplaceOne(ctx, D("_id", D("t", "a", "n", 1)), D("v", 1), options.Replace().SetUpsert(true))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), res.UpsertedCount)
+		res, err = coll.ReplaceOne(ctx, D("_id", D("t", "a", "n", 1)), D("v", 2), options.Replace().SetUpsert(true))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), res.ModifiedCount)
+		requireJSON(t, `[{"_id":{"t":"a","n":1},"v":2}]`, findAll(t, coll, D("_id", D("t", "a", "n", 1))))
+		require.Empty(t, findAll(t, coll, D("_id", D("n", 1, "t", "a"))), "document equality depends on field order")
 	},
 	"Positional": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
