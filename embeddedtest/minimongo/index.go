@@ -442,3 +442,35 @@ func checkPartialFilter(f bson.D) error {
 	}
 	return nil
 }
+
+// inLookupKeys finds a top-level {field: {$in: [scalars]}} in filter and
+// returns the keys of its values.
+func inLookupKeys(filter bson.D, field string) ([]string, bool) {
+	var keys []string
+	n := 0
+	for _, e := range filter {
+		if e.Key != field {
+			continue
+		}
+		n++
+		d, ok := isOperatorDoc(e.Value)
+		if !ok || len(d) != 1 || d[0].Key != "$in" {
+			return nil, false
+		}
+		arr, ok := d[0].Value.(bson.A)
+		if !ok {
+			return nil, false
+		}
+		for _, v := range arr {
+			switch v.(type) {
+			case bson.A, bson.Regex, nil, bson.Undefined, bson.MinKey, bson.MaxKey:
+				return nil, false
+			}
+			if _, isOp := isOperatorDoc(v); isOp {
+				return nil, false
+			}
+			keys = append(keys, idKey(v))
+		}
+	}
+	return keys, n == 1
+}

@@ -264,6 +264,18 @@ func (v view) candidates(c *collection, filter bson.D) []keyedDoc {
 			}
 			return nil
 		}
+		if keys, ok := inLookupKeys(filter, "_id"); ok {
+			var out []keyedDoc
+			seen := map[string]bool{}
+			for _, key := range keys {
+				if r := c.docs[key]; r != nil && r.doc != nil && !seen[key] {
+					seen[key] = true
+					out = append(out, keyedDoc{key: key, doc: r.doc, seq: r.seq})
+				}
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
+			return out
+		}
 		for _, ix := range c.indexes {
 			if !ix.unique || ix.partial != nil || ix.sparse || ix.name == "_id_" {
 				continue
