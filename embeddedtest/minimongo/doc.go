@@ -86,9 +86,10 @@
 // Every index can be created, listed and dropped. Unique indexes, compound, sparse and
 // partial ones included, are enforced on insert, update and upsert with MongoDB's
 // duplicate key error (11000, "E11000 duplicate key error collection: db.coll index: name
-// dup key: { k: "v" }", keyPattern and keyValue). Equality filters on _id or on all
-// fields of a unique index are answered from the index; other queries scan the collection.
-// TTL indexes expire documents from a sweeper owned by the Server (Options.TTLInterval).
+// dup key: { k: "v" }", keyPattern and keyValue). Equality and $in filters on _id, and
+// equality filters on all fields of a unique index, are answered from the index; other
+// queries scan the collection. TTL indexes expire documents from a sweeper owned by the
+// Server (Options.TTLInterval).
 //
 // # Sessions and transactions
 //
