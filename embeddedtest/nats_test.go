@@ -32,10 +32,14 @@ func TestClusterStopRestart(t *testing.T) {
 	nc := embeddedtest.Connect(t, c.URLs())
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3})
-	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = js.CreateStream(cctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3})
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "create R3 stream: %v", err)
 
 	// Stop a node that does not lead the stream; publishes keep being acknowledged.
 	var victim int
@@ -43,16 +47,24 @@ func TestClusterStopRestart(t *testing.T) {
 	victim = (c.StreamLeader("$G", "T") + 1) % 3
 	c.Stop(victim)
 	for i := range 10 {
-		_, err := js.Publish(ctx, "t.a", []byte{byte(i)})
-		require.NoError(t, err)
+		// A publish may time out while the cluster notices the stopped node; retrying with
+		// the same message ID stores it once.
+		require.Eventually(t, func() bool {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := js.Publish(pctx, "t.a", []byte{byte(i)}, jetstream.WithMsgID(string(rune('a'+i))))
+			return err == nil
+		}, 30*time.Second, 100*time.Millisecond)
 	}
 	c.Restart(victim)
 	require.Eventually(t, func() bool {
-		info, err := js.Stream(ctx, "T")
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		info, err := js.Stream(ictx, "T")
 		if err != nil {
 			return false
 		}
-		i, err := info.Info(ctx)
+		i, err := info.Info(ictx)
 		return err == nil && i.State.Msgs == 10 && i.Cluster != nil && len(i.Cluster.Replicas) == 2 && i.Cluster.Replicas[0].Current && i.Cluster.Replicas[1].Current
 	}, 20*time.Second, 50*time.Millisecond)
 }
