@@ -114,18 +114,50 @@ func BenchmarkConsume(b *testing.B) {
 	}
 	js := admin.JetStream()
 
-	var rawTotal, partTotal time.Duration
+	var rawTotal, busTotal, partTotal time.Duration
 	b.ResetTimer()
 	for i := range b.N {
 		rawTotal += consumeRaw(b, js, "raw"+strconv.Itoa(i), events)
+		busTotal += consumeBus(b, s.ClientURL(), "bus"+strconv.Itoa(i), events)
 		partTotal += consumePartitioned(b, s.ClientURL(), "part"+strconv.Itoa(i), events)
 	}
 	b.StopTimer()
 	rawRate := float64(events*b.N) / rawTotal.Seconds()
+	busRate := float64(events*b.N) / busTotal.Seconds()
 	partRate := float64(events*b.N) / partTotal.Seconds()
 	b.ReportMetric(rawRate, "raw-ev/s")
+	b.ReportMetric(busRate, "bus-ev/s")
 	b.ReportMetric(partRate, "partitioned-ev/s")
 	b.ReportMetric(partRate/rawRate, "ratio")
+	b.ReportMetric(partRate/busRate, "ratio-to-bus")
+}
+
+// consumeBus consumes through one plain Bus subscription of every partition: what the
+// partitioned subscriber costs on top of the Bus.
+func consumeBus(b *testing.B, url, group string, events int) time.Duration {
+	b.Helper()
+	bus, _ := openBus(b, url)
+	var n atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
+	var first atomic.Pointer[time.Time]
+	sub, err := bus.Subscribe(b.Context(), "orders", group, func(context.Context, *jetbus.Delivery) error {
+		now := time.Now()
+		first.CompareAndSwap(nil, &now)
+		if n.Add(1) == int64(events) {
+			once.Do(func() { close(done) })
+		}
+		return nil
+	}, jetbus.FromEarliest())
+	require.NoError(b, err)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		b.Fatalf("bus: consumed %d of %d", n.Load(), events)
+	}
+	d := time.Since(*first.Load())
+	require.NoError(b, sub.Stop())
+	return d
 }
 
 func consumeRaw(b *testing.B, js natsjs.JetStream, group string, events int) time.Duration {

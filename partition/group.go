@@ -57,16 +57,27 @@ func OpenGroup(ctx context.Context, js natsjs.JetStream, cfg Config) (*Group, er
 		return nil, err
 	}
 	markerTTL := max(cfg.TTL, time.Second)
-	kv, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
-		Bucket:         GroupBucket(cfg.Group),
-		Description:    "jetbus members and partition leases of group " + cfg.Group,
-		History:        1,
-		TTL:            cfg.TTL,
-		LimitMarkerTTL: markerTTL,
-		Replicas:       cfg.Replicas,
-	})
+	// Look the buckets up first: creating goes through the meta leader, which is slow on a
+	// busy cluster, and they exist for every member but the first.
+	kv, err := js.KeyValue(ctx, GroupBucket(cfg.Group))
+	if err == nil {
+		err = natsjs.ErrBucketExists
+	} else if errors.Is(err, natsjs.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
+			Bucket:         GroupBucket(cfg.Group),
+			Description:    "jetbus members and partition leases of group " + cfg.Group,
+			History:        1,
+			TTL:            cfg.TTL,
+			LimitMarkerTTL: markerTTL,
+			Replicas:       cfg.Replicas,
+		})
+	}
 	if errors.Is(err, natsjs.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, GroupBucket(cfg.Group))
+		if kv == nil {
+			kv, err = js.KeyValue(ctx, GroupBucket(cfg.Group))
+		} else {
+			err = nil
+		}
 		if err == nil {
 			var st natsjs.KeyValueStatus
 			if st, err = kv.Status(ctx); err == nil && st.TTL() != cfg.TTL {
@@ -77,14 +88,17 @@ func OpenGroup(ctx context.Context, js natsjs.JetStream, cfg Config) (*Group, er
 	if err != nil {
 		return nil, fmt.Errorf("partition: group bucket %s: %w", GroupBucket(cfg.Group), err)
 	}
-	akv, err := js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
-		Bucket:      AssignmentsBucket,
-		Description: "jetbus partition assignments, one key per group and topic",
-		History:     1,
-		Replicas:    cfg.Replicas,
-	})
-	if errors.Is(err, natsjs.ErrBucketExists) {
-		akv, err = js.KeyValue(ctx, AssignmentsBucket)
+	akv, err := js.KeyValue(ctx, AssignmentsBucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		akv, err = js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
+			Bucket:      AssignmentsBucket,
+			Description: "jetbus partition assignments, one key per group and topic",
+			History:     1,
+			Replicas:    cfg.Replicas,
+		})
+		if errors.Is(err, natsjs.ErrBucketExists) {
+			akv, err = js.KeyValue(ctx, AssignmentsBucket)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("partition: bucket %s: %w", AssignmentsBucket, err)

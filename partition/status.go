@@ -71,31 +71,55 @@ func Status(ctx context.Context, js natsjs.JetStream, topic, group string) (*Gro
 	}
 	out := &GroupStatus{Topic: topic, Group: group, TTL: st.TTL(), Members: []MemberInfo{}, Leases: []LeaseInfo{}}
 	g := &Group{js: js, kv: kv, cfg: Config{Topic: topic, Group: group, TTL: st.TTL()}}
-	if g.stream, err = js.Stream(ctx, "KV_"+GroupBucket(group)); err != nil {
-		return nil, fmt.Errorf("partition: status: %w", err)
-	}
 
-	// Members.
-	lister, err := kv.ListKeysFiltered(ctx, MemberKey(topic, "*"))
+	// Members and leases in one pass: the latest entry of every member and lease key of the
+	// topic, delete and expiry markers included.
+	w, err := kv.WatchFiltered(ctx, []string{MemberKey(topic, "*"), "l." + topic + ".*"})
 	if err != nil {
-		return nil, fmt.Errorf("partition: status: list members: %w", err)
+		return nil, fmt.Errorf("partition: status: watch: %w", err)
 	}
-	prefix := MemberKey(topic, "")
-	for key := range lister.Keys() {
-		e, err := kv.Get(ctx, key)
-		if errors.Is(err, natsjs.ErrKeyNotFound) {
-			continue // left or expired meanwhile
+	defer func() { _ = w.Stop() }()
+	leases := map[int]LeaseInfo{}
+	memberPrefix, leasePrefix := MemberKey(topic, ""), "l."+topic+".p"
+	for done := false; !done; {
+		var e natsjs.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("partition: status: %w", ctx.Err())
+		case e = <-w.Updates():
 		}
-		if err != nil {
-			return nil, fmt.Errorf("partition: status: member %s: %w", key, err)
+		switch {
+		case e == nil:
+			done = true
+		case strings.HasPrefix(e.Key(), memberPrefix):
+			if e.Operation() != natsjs.KeyValuePut {
+				continue
+			}
+			var info MemberInfo
+			if json.Unmarshal(e.Value(), &info) != nil {
+				info = MemberInfo{}
+			}
+			info.ID = strings.TrimPrefix(e.Key(), memberPrefix)
+			info.LastSeen = e.Created()
+			out.Members = append(out.Members, info)
+		case strings.HasPrefix(e.Key(), leasePrefix):
+			p, err := strconv.Atoi(strings.TrimPrefix(e.Key(), leasePrefix))
+			if err != nil {
+				continue
+			}
+			l := LeaseInfo{Partition: p, Revision: e.Revision()}
+			switch e.Operation() {
+			case natsjs.KeyValuePut:
+				l.State = LeaseHeld
+				_ = json.Unmarshal(e.Value(), &l)
+				l.Partition = p
+			case natsjs.KeyValueDelete:
+				l.State = LeaseReleased
+			default:
+				l.State = LeaseExpired
+			}
+			leases[p] = l
 		}
-		var info MemberInfo
-		if json.Unmarshal(e.Value(), &info) != nil {
-			info = MemberInfo{}
-		}
-		info.ID = strings.TrimPrefix(key, prefix)
-		info.LastSeen = e.Created()
-		out.Members = append(out.Members, info)
 	}
 	slices.SortFunc(out.Members, func(a, b MemberInfo) int { return strings.Compare(a.ID, b.ID) })
 
@@ -119,9 +143,9 @@ func Status(ctx context.Context, js natsjs.JetStream, topic, group string) (*Gro
 		}
 	}
 	for p := range out.Partitions {
-		l, err := g.ReadLease(ctx, p)
-		if err != nil {
-			return nil, err
+		l, ok := leases[p]
+		if !ok {
+			l = LeaseInfo{Partition: p, State: LeaseFree}
 		}
 		out.Leases = append(out.Leases, l)
 	}

@@ -229,7 +229,7 @@ type runner struct {
 // owners.
 func (s *Subscriber) run(mw *MemberWatcher, aw natsjs.KeyWatcher, m *Membership) {
 	defer close(s.done)
-	members := map[string]bool{}
+	members := newMemberView()
 	asg := &StoredAssignment{}
 	runners := map[int]*runner{}
 	exited := make(chan int, s.n)
@@ -249,20 +249,10 @@ loop:
 				mw = nil
 				continue
 			}
-			switch ev.Op {
-			case MemberUp:
-				if members[ev.ID] {
-					continue // a heartbeat
-				}
-				members[ev.ID] = true
-				s.log.Debug("member up", "id", ev.ID)
-			default:
-				if !members[ev.ID] {
-					continue
-				}
-				delete(members, ev.ID)
-				s.log.Debug("member gone", "id", ev.ID, "how", ev.Op)
+			if !members.apply(ev) {
+				continue // a heartbeat
 			}
+			s.log.Debug("member", "id", ev.ID, "op", ev.Op)
 		case e, ok := <-asgUpdates:
 			if !ok {
 				asgUpdates = nil
@@ -293,7 +283,7 @@ loop:
 			}
 			if mw == nil {
 				if w, err := s.g.watchMembers(s.runCtx); err == nil {
-					mw, memberEvents, members = w, w.Events(), map[string]bool{}
+					mw, memberEvents, members = w, w.Events(), newMemberView()
 				}
 			}
 			if aw == nil {
@@ -325,13 +315,9 @@ loop:
 	s.subCancel()
 }
 
-func (s *Subscriber) reconcile(members map[string]bool, asg *StoredAssignment, runners map[int]*runner, exited chan int) *StoredAssignment {
-	live := make([]string, 0, len(members))
-	for id := range members {
-		live = append(live, id)
-	}
-	slices.Sort(live)
-	if members[s.cfg.MemberID] && !asg.matches(live, s.n) {
+func (s *Subscriber) reconcile(members *memberView, asg *StoredAssignment, runners map[int]*runner, exited chan int) *StoredAssignment {
+	live := members.target(asg.Members, s.to.LeaseTTL, time.Now())
+	if members.up[s.cfg.MemberID] && !asg.matches(live, s.n) {
 		ctx, cancel := context.WithTimeout(s.runCtx, s.to.Renew)
 		next, err := s.g.Advance(ctx, asg, live, s.n)
 		cancel()
@@ -487,18 +473,19 @@ func (s *Subscriber) serve(ctx context.Context, p int, lease *Lease) error {
 			_ = sub.Drain(dctx)
 			cancel()
 		} else {
-			_ = sub.Stop()
+			s.stopSub(p, sub)
 		}
 		select {
 		case err := <-lost:
 			return fail(err)
 		default:
 		}
+		s.flush()
 		release()
 		s.log.Info("partition handed off", "partition", p)
 		return nil
 	case err := <-lost:
-		_ = sub.Stop()
+		s.stopSub(p, sub)
 		return fail(err)
 	case <-sub.Done():
 		release()
@@ -508,6 +495,42 @@ func (s *Subscriber) serve(ctx context.Context, p int, lease *Lease) error {
 		}
 		s.setErr(err)
 		return err
+	}
+}
+
+// stopSub stops a partition's subscription. When the connection is closed it does not wait
+// longer than a renew interval for it: nothing can be settled any more, the lease expires and
+// the next owner waits for the deliveries to time out.
+func (s *Subscriber) stopSub(p int, sub jetbus.Subscription) {
+	done := make(chan struct{})
+	go func() {
+		_ = sub.Stop()
+		close(done)
+	}()
+	t := time.NewTicker(s.to.Renew)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if nc := s.js.Conn(); nc != nil && nc.IsClosed() {
+				s.log.Warn("subscription did not stop after the connection closed; abandoning it", "partition", p)
+				return
+			}
+		}
+	}
+}
+
+// flush waits until the server has received everything sent on the connection so far, in
+// particular the naks with which a stopped subscription returned its unstarted deliveries:
+// they must reach the consumer before the next owner's first pull, or that pull gets later
+// events first. (It helps when the Consumer publishes on the same connection as js.)
+func (s *Subscriber) flush() {
+	if nc := s.js.Conn(); nc != nil && !nc.IsClosed() {
+		if err := nc.FlushTimeout(s.to.Renew); err != nil {
+			s.log.Debug("flush failed", "err", err)
+		}
 	}
 }
 
@@ -577,4 +600,74 @@ func (s *Subscriber) waitInFlight(ctx context.Context, p int, lost chan error) e
 		return err
 	}
 	return nil
+}
+
+// memberView is one member's view of the group's membership. Watchers lag by different
+// amounts, so a member does not take the stored assignment's member list for wrong just
+// because its own watcher has not caught up: a member it has not seen go stays for one TTL
+// after it first noticed it in the stored assignment (a live member heartbeats well within
+// that). Without this, two members with different views would overwrite each other's
+// assignment until their watchers agree.
+type memberView struct {
+	up      map[string]bool      // seen up, not seen go since
+	gone    map[string]bool      // seen leave or expire, not seen up since
+	noticed map[string]time.Time // first seen in the stored assignment while neither up nor gone
+}
+
+func newMemberView() *memberView {
+	return &memberView{up: map[string]bool{}, gone: map[string]bool{}, noticed: map[string]time.Time{}}
+}
+
+// apply records ev and reports whether it changed the view.
+func (v *memberView) apply(ev MemberEvent) bool {
+	if ev.Op == MemberUp {
+		if v.up[ev.ID] {
+			return false
+		}
+		v.up[ev.ID] = true
+		delete(v.gone, ev.ID)
+		delete(v.noticed, ev.ID)
+		return true
+	}
+	changed := v.up[ev.ID] || !v.gone[ev.ID]
+	delete(v.up, ev.ID)
+	v.gone[ev.ID] = true
+	delete(v.noticed, ev.ID)
+	return changed
+}
+
+// target returns the sorted member list the assignment should have: the members seen up,
+// plus the stored ones not seen go that were noticed less than ttl ago.
+func (v *memberView) target(stored []string, ttl time.Duration, now time.Time) []string {
+	out := make([]string, 0, len(v.up)+len(stored))
+	for id := range v.up {
+		out = append(out, id)
+	}
+	inStored := make(map[string]bool, len(stored))
+	for _, id := range stored {
+		inStored[id] = true
+		if v.up[id] || v.gone[id] {
+			continue
+		}
+		t, ok := v.noticed[id]
+		if !ok {
+			t = now
+			v.noticed[id] = now
+		}
+		if now.Sub(t) < ttl {
+			out = append(out, id)
+		}
+	}
+	for id := range v.noticed {
+		if !inStored[id] {
+			delete(v.noticed, id)
+		}
+	}
+	for id := range v.gone {
+		if !inStored[id] {
+			delete(v.gone, id)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

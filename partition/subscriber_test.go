@@ -162,28 +162,48 @@ func runChurn(t *testing.T, url string, replicas int, ttl time.Duration, cluster
 	require.NoError(t, warm.Stop())
 
 	// Publisher: its own connection, paced in chunks so that churn happens while events flow.
+	// A publish that fails (a server stopping) is retried with the same event ID, which the
+	// stream's duplicate window stores once.
 	var published atomic.Int64
 	pubDone := make(chan error, 1)
 	go func() {
 		pub, _ := openBus(t, url)
+		publishOne := func(j int) error {
+			for {
+				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := pub.Publish(pctx, "orders", map[string]int{"n": j}, jetbus.WithKey("k"+strconv.Itoa(j%keys)), jetbus.WithID("e-"+strconv.Itoa(j)))
+				cancel()
+				if err == nil || ctx.Err() != nil {
+					return ctx.Err()
+				}
+				t.Logf("publish %d failed, retrying: %v", j, err)
+			}
+		}
 		const chunk = 500
 		for i := 0; i < total; i += chunk {
-			futs := make([]*jbjs.PublishFuture, 0, chunk)
+			futs := make(map[int]*jbjs.PublishFuture, chunk)
 			for j := i; j < min(i+chunk, total); j++ {
-				f, err := pub.PublishAsync(ctx, "orders", map[string]int{"n": j}, jetbus.WithKey("k"+strconv.Itoa(j%keys)))
+				f, err := pub.PublishAsync(ctx, "orders", map[string]int{"n": j}, jetbus.WithKey("k"+strconv.Itoa(j%keys)), jetbus.WithID("e-"+strconv.Itoa(j)))
 				if err != nil {
-					pubDone <- err
-					return
+					if err := publishOne(j); err != nil {
+						pubDone <- err
+						return
+					}
+					continue
 				}
-				futs = append(futs, f)
+				futs[j] = f
 			}
-			for _, f := range futs {
-				if _, err := f.Wait(ctx); err != nil {
-					pubDone <- err
-					return
+			for j := i; j < min(i+chunk, total); j++ {
+				if f := futs[j]; f != nil {
+					if _, err := f.Wait(ctx); err != nil {
+						if err := publishOne(j); err != nil {
+							pubDone <- err
+							return
+						}
+					}
 				}
 			}
-			published.Add(int64(len(futs)))
+			published.Add(int64(min(chunk, total-i)))
 			// Keep the publisher at most a few chunks ahead of the consumers.
 			for published.Load()-env.rec.count.Load() > int64(total/10) {
 				select {
