@@ -160,19 +160,34 @@ func (e *benchEnv) fill(b *testing.B, topic string, n int) {
 // BenchmarkConsumeAck consumes n stored events with a handler that decodes the JSON body and
 // acknowledges: raw is a durable pull consumer's Messages iterator with msg.Ack; bus is a
 // Subscribe on a fresh group. Consumer creation is timed on both sides.
-func BenchmarkConsumeAck(b *testing.B) {
+func BenchmarkConsumeAck(b *testing.B) { benchConsume(b, false) }
+
+// BenchmarkConsumeAckPinnedRaw is BenchmarkConsumeAck with the raw consumer configured as the
+// Bus configures its own (pinned_client priority group): it separates what the Bus's client
+// side costs from what the second fence costs the server.
+func BenchmarkConsumeAckPinnedRaw(b *testing.B) { benchConsume(b, true) }
+
+func benchConsume(b *testing.B, pinnedRaw bool) {
 	e := newBenchEnv(b)
 	ctx := context.Background()
 	ab(b, func(n int) time.Duration {
 		topic := e.topic(b)
 		e.fill(b, topic, n)
 		t0 := time.Now()
-		cons, err := e.js.CreateConsumer(ctx, jetbus.StreamName(topic), natsjs.ConsumerConfig{
+		cfg := natsjs.ConsumerConfig{
 			Durable: "raw", AckPolicy: natsjs.AckExplicitPolicy, MaxAckPending: 1000,
 			FilterSubject: jetbus.PartitionSubject(topic, 0),
-		})
+		}
+		pull := []natsjs.PullMessagesOpt{natsjs.PullMaxMessages(100)}
+		if pinnedRaw {
+			cfg.PriorityPolicy = natsjs.PriorityPolicyPinned
+			cfg.PriorityGroups = []string{jbjs.PriorityGroup}
+			cfg.PinnedTTL = 10 * time.Second
+			pull = append(pull, natsjs.PullPriorityGroup(jbjs.PriorityGroup))
+		}
+		cons, err := e.js.CreateConsumer(ctx, jetbus.StreamName(topic), cfg)
 		require.NoError(b, err)
-		it, err := cons.Messages(natsjs.PullMaxMessages(100))
+		it, err := cons.Messages(pull...)
 		require.NoError(b, err)
 		for range n {
 			m, err := it.Next()

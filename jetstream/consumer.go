@@ -42,9 +42,9 @@ func (b *Bus) consumerConfig(topic, group string, p int, o *jetbus.SubscribeOpti
 }
 
 // ensureConsumer returns the durable consumer of (topic, group, p), creating it at the
-// position `from` when it does not exist, and updating its settings when it does (its
-// position is kept).
-func (b *Bus) ensureConsumer(ctx context.Context, topic, group string, p int, o *jetbus.SubscribeOptions, start func() (uint64, error)) error {
+// position start resolves to when it does not exist, and updating its settings when it does
+// (its position is kept).
+func (b *Bus) ensureConsumer(ctx context.Context, topic, group string, p int, o *jetbus.SubscribeOptions, start func() (uint64, error)) (natsjs.Consumer, error) {
 	stream := jetbus.StreamName(topic)
 	want := b.consumerConfig(topic, group, p, o)
 	c, err := b.js.Consumer(ctx, stream, want.Durable)
@@ -52,29 +52,35 @@ func (b *Bus) ensureConsumer(ctx context.Context, topic, group string, p int, o 
 	case errors.Is(err, natsjs.ErrConsumerNotFound):
 		seq, err := start()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		err = b.createConsumerAt(ctx, stream, want, seq)
-		if errors.Is(err, natsjs.ErrConsumerExists) {
-			return nil // created concurrently by another member: keep its position
+		if err != nil && !errors.Is(err, natsjs.ErrConsumerExists) {
+			return nil, err
 		}
-		return err
+		// Created here, or concurrently by another member (then its position holds).
+		c, err = b.js.Consumer(ctx, stream, want.Durable)
+		if err != nil {
+			return nil, fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, err)
+		}
+		return c, nil
 	case err != nil:
-		return fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, err)
+		return nil, fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, err)
 	}
 	have := c.CachedInfo().Config
 	if have.AckWait == want.AckWait && have.MaxDeliver == want.MaxDeliver &&
 		have.MaxAckPending == want.MaxAckPending && have.PinnedTTL == want.PinnedTTL &&
 		have.PriorityPolicy == want.PriorityPolicy {
-		return nil
+		return c, nil
 	}
 	upd := have
 	upd.AckWait, upd.MaxDeliver, upd.MaxAckPending = want.AckWait, want.MaxDeliver, want.MaxAckPending
 	upd.PriorityPolicy, upd.PriorityGroups, upd.PinnedTTL = want.PriorityPolicy, want.PriorityGroups, want.PinnedTTL
-	if _, err := b.js.UpdateConsumer(ctx, stream, upd); err != nil {
-		return fmt.Errorf("jetbus: update consumer %s of %s: %w", want.Durable, topic, err)
+	c, err = b.js.UpdateConsumer(ctx, stream, upd)
+	if err != nil {
+		return nil, fmt.Errorf("jetbus: update consumer %s of %s: %w", want.Durable, topic, err)
 	}
-	return nil
+	return c, nil
 }
 
 // createConsumerAt creates a consumer whose first delivery is stream sequence seq. It is

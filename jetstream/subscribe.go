@@ -71,10 +71,12 @@ func (b *Bus) Subscribe(ctx context.Context, topic, group string, h jetbus.Handl
 			if o.Partitions != nil && !slices.Contains(o.Partitions, p) {
 				continue
 			}
-			if err := b.ensureConsumer(ctx, t, group, p, &o, startSeq); err != nil {
+			cons, err := b.ensureConsumer(ctx, t, group, p, &o, startSeq)
+			if err != nil {
 				return nil, err
 			}
 			s.parts = append(s.parts, &partConsumer{
+				cons:      cons,
 				sub:       s,
 				topic:     t,
 				stream:    jetbus.StreamName(t),
@@ -186,6 +188,7 @@ type partConsumer struct {
 	name      string
 	gm        *groupMetrics
 	log       *slog.Logger
+	cons      natsjs.Consumer // from Subscribe, for the first pull; later pulls look it up again
 
 	mu   sync.Mutex
 	iter natsjs.MessagesContext
@@ -229,10 +232,14 @@ func (pc *partConsumer) run() {
 			}
 		}
 		retry = min(max(2*retry, 50*time.Millisecond), 2*time.Second)
-		cons, err := b.js.Consumer(pc.sub.ctx, pc.stream, pc.name)
+		cons, err := pc.cons, error(nil)
+		pc.cons = nil
+		if cons == nil {
+			cons, err = b.js.Consumer(pc.sub.ctx, pc.stream, pc.name)
+		}
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
 			// Deleted behind our back: recreate it where the subscription starts.
-			err = b.ensureConsumer(pc.sub.ctx, pc.topic, pc.sub.group, pc.partition, &pc.sub.opts, func() (uint64, error) {
+			pc.cons, err = b.ensureConsumer(pc.sub.ctx, pc.topic, pc.sub.group, pc.partition, &pc.sub.opts, func() (uint64, error) {
 				return b.resolve(pc.sub.ctx, pc.topic, pc.sub.opts.From)
 			})
 			if err == nil {
