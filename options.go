@@ -23,6 +23,9 @@ type PublishOptions struct {
 // ApplyPublishOptions applies opts in order and validates the result.
 func ApplyPublishOptions(opts ...PublishOption) (PublishOptions, error) {
 	var o PublishOptions
+	if len(opts) == 0 {
+		return o, nil // the common case; taking o's address below would move it to the heap
+	}
 	for _, opt := range opts {
 		if opt == nil {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,8 @@ type Bus struct {
 	publishAsync jetbus.PublishFunc
 
 	topics topicCache
+
+	closedFlag atomic.Bool // read on every publish; closed (under mu) is the authority
 
 	mu     sync.Mutex
 	closed bool
@@ -92,6 +95,7 @@ func (b *Bus) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.closedFlag.Store(true)
 	subs := make([]*subscription, 0, len(b.subs))
 	for s := range b.subs {
 		subs = append(subs, s)
@@ -103,8 +107,4 @@ func (b *Bus) Close() error {
 	return nil
 }
 
-func (b *Bus) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
+func (b *Bus) isClosed() bool { return b.closedFlag.Load() }

@@ -173,17 +173,25 @@ func (b *Bus) writeAsync(ctx context.Context, e *jetbus.Event) error {
 	if c == nil {
 		return b.writeSync(ctx, e)
 	}
-	msg, err := b.prepare(ctx, e)
+	fut, err := b.writeAsyncOne(ctx, e)
 	if err != nil {
 		return err
 	}
+	c.futs = append(c.futs, fut)
+	return nil
+}
+
+func (b *Bus) writeAsyncOne(ctx context.Context, e *jetbus.Event) (natsjs.PubAckFuture, error) {
+	msg, err := b.prepare(ctx, e)
+	if err != nil {
+		return nil, err
+	}
 	fut, err := b.js.PublishMsgAsync(msg)
 	if err != nil {
-		return b.publishError(e.Topic, err)
+		return nil, b.publishError(e.Topic, err)
 	}
-	c.futs = append(c.futs, fut)
 	b.metrics.published(e.Topic)
-	return nil
+	return fut, nil
 }
 
 // PublishAsync publishes without waiting for the server: the returned future's Wait gives
@@ -194,6 +202,14 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts 
 	e, err := b.newEvent(topic, payload, opts)
 	if err != nil {
 		return nil, err
+	}
+	if len(b.opts.publishMW) == 0 {
+		// No middleware can publish more than this one message: skip the collector.
+		fut, err := b.writeAsyncOne(ctx, e)
+		if err != nil {
+			return nil, err
+		}
+		return &PublishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}}, nil
 	}
 	c := &asyncCollector{}
 	if err := b.publishAsync(context.WithValue(ctx, asyncKey{}, c), e); err != nil {
