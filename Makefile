@@ -1,7 +1,6 @@
 # jetbus — make targets. Only Go is required; everything else is fetched by the Go toolchain.
 GO        ?= go
 PKGS      ?= ./...
-BENCHTIME ?= 20000x
 
 .PHONY: all build test test-short race vet fmt-check lint bench soak dev clean
 
@@ -29,9 +28,14 @@ fmt-check:
 lint: vet fmt-check
 	$(GO) run ./cmd/bridge lint --schemas schemas .
 
-## bench: every benchmark, Bus vs raw nats.go and driver calls in the same run (see BENCHMARKS.md).
+## bench: every benchmark, each against raw nats.go or driver calls in the same run (see BENCHMARKS.md).
+## Each package's benchmarks have their own sensible iteration count; COUNT repeats them.
+COUNT ?= 1
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 -timeout 30m $(PKGS)
+	$(GO) test -run '^$$' -bench . -benchtime 30000x -count $(COUNT) -timeout 30m ./jetstream/
+	$(GO) test -run '^$$' -bench . -benchtime 3x -count $(COUNT) -timeout 30m ./embeddedtest/minimongo/
+	$(GO) test -run '^$$' -bench 'Publish|Validate' -benchtime 3000x -count $(COUNT) -timeout 30m ./schema/
+	$(GO) test -run '^$$' -bench . -count $(COUNT) -timeout 30m ./partition/
 
 ## soak: long churn and chaos runs, behind the soak build tag.
 soak:
