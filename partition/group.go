@@ -119,6 +119,10 @@ type StoredAssignment struct {
 	Members []string `json:"members"`
 	// Owners[p] is the member owning partition p.
 	Owners []string `json:"owners"`
+	// AsOf is the revision of the group bucket up to which the writer had seen the member
+	// list. A member whose view is older does not overwrite the assignment: it waits for its
+	// watcher to catch up.
+	AsOf uint64 `json:"as_of,omitempty"`
 	// Revision is the KV revision of the assignment (0: none stored yet).
 	Revision uint64 `json:"-"`
 }
@@ -155,14 +159,17 @@ func decodeAssignment(e natsjs.KeyValueEntry) (*StoredAssignment, error) {
 // compare-and-set on prev.Revision. It returns the stored assignment, or
 // natsjs.ErrKeyRevisionMismatch (or natsjs.ErrKeyExists) when another member stored one first:
 // read it again and retry.
-func (g *Group) Advance(ctx context.Context, prev *StoredAssignment, members []string, n int) (*StoredAssignment, error) {
+//
+// asOf is the group bucket revision up to which the caller has seen the member list; it is
+// stored with the assignment.
+func (g *Group) Advance(ctx context.Context, prev *StoredAssignment, members []string, n int, asOf uint64) (*StoredAssignment, error) {
 	ms := slices.Clone(members)
 	slices.Sort(ms)
 	ms = slices.Compact(ms)
 	if prev.matches(ms, n) {
 		return prev, nil
 	}
-	next := &StoredAssignment{Members: ms, Owners: Rebalance(prev.Owners, ms, n)}
+	next := &StoredAssignment{Members: ms, Owners: Rebalance(prev.Owners, ms, n), AsOf: max(asOf, prev.AsOf)}
 	b, err := json.Marshal(next)
 	if err != nil {
 		return nil, err

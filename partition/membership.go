@@ -116,6 +116,8 @@ const (
 	MemberLeft
 	// MemberExpired: the member was silent for TTL and its key expired.
 	MemberExpired
+	// MembersSynced: every member present when the watch started has been sent (no ID).
+	MembersSynced
 )
 
 func (o MemberOp) String() string {
@@ -126,6 +128,8 @@ func (o MemberOp) String() string {
 		return "left"
 	case MemberExpired:
 		return "expired"
+	case MembersSynced:
+		return "synced"
 	}
 	return fmt.Sprintf("MemberOp(%d)", int(o))
 }
@@ -136,6 +140,9 @@ type MemberEvent struct {
 	// ID is the member's ID; Info is set for MemberUp only.
 	ID   string
 	Info MemberInfo
+	// Revision is the KV revision of the change: a watcher that has seen revision R has
+	// seen every membership change up to R.
+	Revision uint64
 }
 
 // MemberWatcher streams the membership of a (topic, group). Stop it when done.
@@ -148,7 +155,7 @@ type MemberWatcher struct {
 }
 
 // WatchMembers watches the members of (topic, group): first a MemberUp for every current
-// member, then Ready is closed, then every change, including expiry of a silent member
+// member, then a MembersSynced event (and Ready is closed), then every change, including expiry of a silent member
 // (MemberExpired). The channel is closed when the watcher stops (Stop, ctx done, or the
 // connection closed). The group must exist (ErrGroupNotFound).
 func WatchMembers(ctx context.Context, js natsjs.JetStream, topic, group string) (*MemberWatcher, error) {
@@ -198,28 +205,19 @@ func (mw *MemberWatcher) run(ctx context.Context, topic string) {
 				return
 			}
 		}
+		var ev MemberEvent
 		if e == nil {
-			if !readyClosed {
-				readyClosed = true
-				close(mw.ready)
+			if readyClosed {
+				continue
 			}
-			continue
-		}
-		ev := MemberEvent{ID: strings.TrimPrefix(e.Key(), prefix)}
-		switch e.Operation() {
-		case natsjs.KeyValuePut:
-			ev.Op = MemberUp
-			if err := json.Unmarshal(e.Value(), &ev.Info); err != nil || ev.Info.ID != ev.ID {
-				ev.Info = MemberInfo{ID: ev.ID}
+			readyClosed = true
+			close(mw.ready)
+			ev.Op = MembersSynced
+		} else {
+			ev = mw.entryEvent(e, prefix)
+			if !readyClosed && ev.Op != MemberUp {
+				continue // a tombstone of the past, not a member
 			}
-			ev.Info.LastSeen = e.Created()
-		case natsjs.KeyValueDelete:
-			ev.Op = MemberLeft
-		default:
-			ev.Op = MemberExpired
-		}
-		if !readyClosed && ev.Op != MemberUp {
-			continue // a tombstone of the past, not a member
 		}
 		select {
 		case mw.events <- ev:
@@ -231,6 +229,23 @@ func (mw *MemberWatcher) run(ctx context.Context, topic string) {
 			return
 		}
 	}
+}
+
+func (mw *MemberWatcher) entryEvent(e natsjs.KeyValueEntry, prefix string) MemberEvent {
+	ev := MemberEvent{ID: strings.TrimPrefix(e.Key(), prefix), Revision: e.Revision()}
+	switch e.Operation() {
+	case natsjs.KeyValuePut:
+		ev.Op = MemberUp
+		if err := json.Unmarshal(e.Value(), &ev.Info); err != nil || ev.Info.ID != ev.ID {
+			ev.Info = MemberInfo{ID: ev.ID}
+		}
+		ev.Info.LastSeen = e.Created()
+	case natsjs.KeyValueDelete:
+		ev.Op = MemberLeft
+	default:
+		ev.Op = MemberExpired
+	}
+	return ev
 }
 
 // Events returns the membership changes.

@@ -316,10 +316,10 @@ loop:
 }
 
 func (s *Subscriber) reconcile(members *memberView, asg *StoredAssignment, runners map[int]*runner, exited chan int) *StoredAssignment {
-	live := members.target(asg.Members, s.to.LeaseTTL, time.Now())
-	if members.up[s.cfg.MemberID] && !asg.matches(live, s.n) {
+	live := members.members()
+	if members.synced && members.up[s.cfg.MemberID] && members.rev >= asg.AsOf && !asg.matches(live, s.n) {
 		ctx, cancel := context.WithTimeout(s.runCtx, s.to.Renew)
-		next, err := s.g.Advance(ctx, asg, live, s.n)
+		next, err := s.g.Advance(ctx, asg, live, s.n, members.rev)
 		cancel()
 		switch {
 		case err == nil:
@@ -427,12 +427,23 @@ func (s *Subscriber) serve(ctx context.Context, p int, lease *Lease) error {
 	}
 
 	if lease.Previous != LeaseReleased {
-		if err := s.waitInFlight(ctx, p, lost); err != nil {
+		// Keep the lease until the check succeeds: releasing here would let the next
+		// acquisition look like a graceful handoff and skip the wait.
+		for {
+			err := s.waitInFlight(ctx, p, lost)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
 			if errors.Is(err, ErrLeaseLost) {
 				return fail(err)
 			}
-			release()
-			return err
+			s.log.Warn("in-flight check failed, retrying", "partition", p, "err", err)
+			select {
+			case <-ctx.Done():
+			case err := <-lost:
+				return fail(err)
+			case <-time.After(s.to.Renew):
+			}
 		}
 	}
 	if ctx.Err() != nil {
@@ -589,7 +600,7 @@ func (s *Subscriber) waitInFlight(ctx context.Context, p int, lost chan error) e
 	if wait <= 0 {
 		return nil
 	}
-	wait += wait/10 + 50*time.Millisecond // let the server's redelivery timer fire
+	wait += wait/10 + 200*time.Millisecond // let the server's redelivery timer fire
 	s.log.Info("waiting for the previous owner's deliveries to time out", "partition", p, "wait", wait, "ack_pending", info.NumAckPending)
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -602,72 +613,46 @@ func (s *Subscriber) waitInFlight(ctx context.Context, p int, lost chan error) e
 	return nil
 }
 
-// memberView is one member's view of the group's membership. Watchers lag by different
-// amounts, so a member does not take the stored assignment's member list for wrong just
-// because its own watcher has not caught up: a member it has not seen go stays for one TTL
-// after it first noticed it in the stored assignment (a live member heartbeats well within
-// that). Without this, two members with different views would overwrite each other's
-// assignment until their watchers agree.
+// memberView is one member's view of the group's membership, and how far it goes: the KV
+// revision of the last membership change (or heartbeat) its watcher delivered. Watchers lag
+// by different amounts; a member only rewrites the stored assignment when its view is at
+// least as recent as the one the assignment was computed from (StoredAssignment.AsOf), so
+// two members with different views never overwrite each other back and forth.
 type memberView struct {
-	up      map[string]bool      // seen up, not seen go since
-	gone    map[string]bool      // seen leave or expire, not seen up since
-	noticed map[string]time.Time // first seen in the stored assignment while neither up nor gone
+	up     map[string]bool // members seen up and not seen go since
+	rev    uint64          // revision up to which the view is complete
+	synced bool            // the watcher delivered the current members
 }
 
-func newMemberView() *memberView {
-	return &memberView{up: map[string]bool{}, gone: map[string]bool{}, noticed: map[string]time.Time{}}
-}
+func newMemberView() *memberView { return &memberView{up: map[string]bool{}} }
 
-// apply records ev and reports whether it changed the view.
+// apply records ev and reports whether it changed the member set.
 func (v *memberView) apply(ev MemberEvent) bool {
+	if ev.Op == MembersSynced {
+		v.synced = true
+		return true
+	}
+	v.rev = max(v.rev, ev.Revision)
 	if ev.Op == MemberUp {
 		if v.up[ev.ID] {
 			return false
 		}
 		v.up[ev.ID] = true
-		delete(v.gone, ev.ID)
-		delete(v.noticed, ev.ID)
 		return true
 	}
-	changed := v.up[ev.ID] || !v.gone[ev.ID]
+	if !v.up[ev.ID] {
+		return false
+	}
 	delete(v.up, ev.ID)
-	v.gone[ev.ID] = true
-	delete(v.noticed, ev.ID)
-	return changed
+	return true
 }
 
-// target returns the sorted member list the assignment should have: the members seen up,
-// plus the stored ones not seen go that were noticed less than ttl ago.
-func (v *memberView) target(stored []string, ttl time.Duration, now time.Time) []string {
-	out := make([]string, 0, len(v.up)+len(stored))
+// members returns the sorted member IDs seen up.
+func (v *memberView) members() []string {
+	out := make([]string, 0, len(v.up))
 	for id := range v.up {
 		out = append(out, id)
 	}
-	inStored := make(map[string]bool, len(stored))
-	for _, id := range stored {
-		inStored[id] = true
-		if v.up[id] || v.gone[id] {
-			continue
-		}
-		t, ok := v.noticed[id]
-		if !ok {
-			t = now
-			v.noticed[id] = now
-		}
-		if now.Sub(t) < ttl {
-			out = append(out, id)
-		}
-	}
-	for id := range v.noticed {
-		if !inStored[id] {
-			delete(v.noticed, id)
-		}
-	}
-	for id := range v.gone {
-		if !inStored[id] {
-			delete(v.gone, id)
-		}
-	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }

@@ -77,7 +77,7 @@ func (r *recorder) handler(member, topic string, work time.Duration) jetbus.Hand
 		}
 		if !r.handled[d.Seq] {
 			if last := r.lastSeq[d.Key]; d.Seq < last {
-				r.disorder = append(r.disorder, fmt.Sprintf("key %s: seq %d handled after %d (member %s)", d.Key, d.Seq, last, member))
+				r.disorder = append(r.disorder, fmt.Sprintf("key %s: seq %d handled after %d (member %s, attempt %d)", d.Key, d.Seq, last, member, d.Attempt))
 			}
 			r.handled[d.Seq] = true
 			r.lastSeq[d.Key] = max(r.lastSeq[d.Key], d.Seq)
@@ -134,9 +134,6 @@ func TestChurnSingleNode(t *testing.T) {
 }
 
 func TestChurnCluster(t *testing.T) {
-	if os.Getenv("JETBUS_TEST_CLUSTER_CHURN") == "" {
-		t.Skip("cluster churn is being stabilised; set JETBUS_TEST_CLUSTER_CHURN=1 to run it")
-	}
 	c := embeddedtest.Cluster(t, 3)
 	runChurn(t, c.URLs(), 3, partition.DefaultTTL, c)
 }
@@ -195,7 +192,11 @@ func runChurn(t *testing.T, url string, replicas int, ttl time.Duration, cluster
 			}
 			for j := i; j < min(i+chunk, total); j++ {
 				if f := futs[j]; f != nil {
-					if _, err := f.Wait(ctx); err != nil {
+					// An ack lost with a stopped server never comes: bound the wait.
+					wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err := f.Wait(wctx)
+					cancel()
+					if err != nil {
 						if err := publishOne(j); err != nil {
 							pubDone <- err
 							return
@@ -250,8 +251,7 @@ func runChurn(t *testing.T, url string, replicas int, ttl time.Duration, cluster
 	status(4)
 	progress(0.30)
 
-	require.NoError(t, env.members["m2"].nc.Drain()) // kill: no leave, no release, just silence
-	env.members["m2"].nc.Close()
+	env.members["m2"].nc.Close() // kill: no leave, no release, just silence
 	status(3)
 	progress(0.45)
 
