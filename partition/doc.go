@@ -28,8 +28,9 @@
 //
 // The bucket "jetbus_assignments" (no expiry, History 1) holds one key per group and topic:
 //
-//	<group>.<topic>      the current assignment: JSON {members, owners} (owners[p] is the
-//	                     member owning partition p)
+//	<group>.<topic>      the current assignment: JSON {members, owners, as_of} (owners[p]
+//	                     is the member owning partition p; as_of the group bucket revision
+//	                     up to which the writer had seen the member list)
 //
 // # Assignment
 //
@@ -37,7 +38,9 @@
 // from the members the stored assignment was computed for, a member computes
 // Rebalance(stored owners, live members, P) — a pure function, so every member computes the
 // same — and stores it with a compare-and-set on the key's revision; the others see it through
-// their watch. Rebalance is balanced (loads differ by at most one) and moves as little as
+// their watch. A member writes only when its view of the member list is at least as recent
+// (by bucket revision) as the view the stored assignment was computed from, so members whose
+// watchers lag do not overwrite each other. Rebalance is balanced (loads differ by at most one) and moves as little as
 // possible: when one member joins M members, only partitions that go to it move (at most
 // ⌈P/(M+1)⌉); when one leaves, only its partitions move. The previous assignment is an input
 // because no function of the member set alone can have both properties (see Rebalance).
@@ -53,6 +56,12 @@
 // partition's consumer to one client (priority group "jetbus", policy pinned_client), a
 // second fence. An owner that cannot renew its lease stops the partition at once.
 //
+// # Operations
+//
+// Status returns a group's members, stored assignment and leases (for an /ops/partitions
+// endpoint or a CLI); WatchMembers streams membership changes; Subscriber.Owned lists the
+// partitions a member consumes now.
+//
 // # Timeouts
 //
 // Every timeout derives from Config.TTL, the member TTL (default 5s; see Timeouts):
@@ -67,8 +76,9 @@
 // After a graceful leave or handoff the next owner starts at once (about one KV round trip
 // per step). After a crash the member and its leases expire within TTL of their last write;
 // the next owner then waits, if the dead owner had deliveries in flight, until its last
-// delivery is older than the subscription's AckTimeout, so that those events are redelivered
-// first and per-key order holds. Relation to AckTimeout: a handler must return within
+// delivery is older than the subscription's AckTimeout (plus a tenth and 200ms for the
+// server's redelivery timer), so that those events are redelivered first and per-key order
+// holds. Relation to AckTimeout: a handler must return within
 // AckTimeout (otherwise its event is redelivered anyway); under that condition no partition
 // is ever handled by two members at once, and a crashed member's partitions resume within
 // max(TTL, AckTimeout) plus a KV round trip. Choose TTL well above the KV round-trip time

@@ -111,3 +111,37 @@ func TestLeaseRace(t *testing.T) {
 		require.Equal(t, 1, n, "partition %d: %d members acquired the lease at once", p, n)
 	}
 }
+
+// TestAdvanceCompareAndSet checks that two members advancing the stored assignment from the
+// same revision cannot both win, and that the stored view revision only grows.
+func TestAdvanceCompareAndSet(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	ctx := t.Context()
+	open := func(id string) *partition.Group {
+		g, err := partition.OpenGroup(ctx, jetStream(t, s.ClientURL()), partition.Config{Topic: "orders", Group: "g", MemberID: id, TTL: time.Second})
+		require.NoError(t, err)
+		return g
+	}
+	a, b := open("a"), open("b")
+	prev, err := a.Assignment(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, prev.Revision)
+
+	first, err := a.Advance(ctx, prev, []string{"a"}, 4, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "a", "a", "a"}, first.Owners)
+	_, err = b.Advance(ctx, prev, []string{"a", "b"}, 4, 11)
+	require.Error(t, err, "a stale compare-and-set must fail")
+
+	cur, err := b.Assignment(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, first.Owners, cur.Owners)
+	assert.Equal(t, uint64(10), cur.AsOf)
+	next, err := b.Advance(ctx, cur, []string{"a", "b"}, 4, 5)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(10), next.AsOf, "as_of never goes back")
+	assert.Len(t, partition.Owned(next.Owners, "b"), 2)
+	same, err := a.Advance(ctx, next, []string{"b", "a", "a"}, 4, 20)
+	require.NoError(t, err)
+	assert.Equal(t, next.Revision, same.Revision, "nothing to store when the members match")
+}
