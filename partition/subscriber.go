@@ -50,10 +50,13 @@ type Subscriber struct {
 	drainCtx context.Context // set before stopCh closes when draining
 	done     chan struct{}
 
+	ackWait time.Duration // the subscription's AckTimeout
+
 	mu    sync.Mutex
 	owned map[int]*Lease
-	err   error // last transient failure
-	fatal error // what stopped the subscriber by itself
+	dirty map[int]time.Time // partitions this member stopped without settling, and when
+	err   error             // last transient failure
+	fatal error             // what stopped the subscriber by itself
 }
 
 // Subscribe joins cfg.Group as a member consuming cfg.Topic and returns at once; the member
@@ -66,9 +69,9 @@ type Subscriber struct {
 //
 // Config fields (see Config): Topic, Group (required), MemberID, TTL, Replicas, Version,
 // Logger. opts are the Bus's subscribe options (jetbus.From…, BatchSize, MaxInFlight,
-// AckTimeout, MaxAttempts, Backoff, Filter, ManualAck, Use) and apply to every partition.
-// FanIn, OnlyPartitions and TakeOver are refused (jetbus.ErrInvalidOption): the subscriber
-// sets the last two itself.
+// AckTimeout, MaxAttempts, Backoff, Filter, ManualAck, Use, KeyConcurrency) and apply to
+// every partition. FanIn, OnlyPartitions and TakeOver are refused (jetbus.ErrInvalidOption):
+// the subscriber sets the last two itself.
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup, ErrInvalidConfig (Config.Validate),
 // jetbus.ErrInvalidOption (nil handler, bad options), ErrNoPartitions, ErrTTLMismatch, and the
@@ -117,10 +120,12 @@ func Subscribe(ctx context.Context, c Consumer, js natsjs.JetStream, cfg Config,
 	}
 	s := &Subscriber{
 		c: c, js: js, g: g, cfg: g.cfg, to: g.timeout, h: h, opts: slices.Clone(opts), n: n,
-		log:    g.cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group, "member", g.cfg.MemberID),
-		stopCh: make(chan struct{}),
-		done:   make(chan struct{}),
-		owned:  make(map[int]*Lease),
+		log:     g.cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group, "member", g.cfg.MemberID),
+		stopCh:  make(chan struct{}),
+		done:    make(chan struct{}),
+		owned:   make(map[int]*Lease),
+		dirty:   make(map[int]time.Time),
+		ackWait: o.AckTimeout,
 	}
 	s.runCtx, s.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.subCtx, s.subCancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -421,11 +426,34 @@ func (s *Subscriber) serve(ctx context.Context, p int, lease *Lease) error {
 	fail := func(err error) error {
 		stopKeeper()
 		<-keeperDone
+		// The subscription was stopped in a hurry, perhaps unable to return its deliveries:
+		// if this member takes the partition again, it waits for them like a new owner would.
+		s.mu.Lock()
+		s.dirty[p] = time.Now()
+		s.mu.Unlock()
 		s.setErr(err)
 		s.log.Warn("lease lost, partition stopped", "partition", p, "err", err)
 		return err
 	}
 
+	s.mu.Lock()
+	dirtyAt, dirty := s.dirty[p]
+	s.mu.Unlock()
+	if dirty {
+		wait := time.Until(dirtyAt.Add(s.ackWait + s.ackWait/10 + 200*time.Millisecond))
+		if wait > 0 {
+			s.log.Info("waiting for this member's own unsettled deliveries to time out", "partition", p, "wait", wait)
+			select {
+			case <-ctx.Done():
+			case err := <-lost:
+				return fail(err)
+			case <-time.After(wait):
+			}
+		}
+		s.mu.Lock()
+		delete(s.dirty, p)
+		s.mu.Unlock()
+	}
 	if lease.Previous != LeaseReleased {
 		// Keep the lease until the check succeeds: releasing here would let the next
 		// acquisition look like a graceful handoff and skip the wait.

@@ -139,10 +139,11 @@ func TestChurnSingleNode(t *testing.T) {
 
 // TestChurnCluster runs the churn on a 3-node cluster with 10,000 events; set
 // JETBUS_TEST_CLUSTER_CHURN=full (without -short) for 100,000. With 100,000 events it
-// sometimes fails on a loaded machine: a few events of a partition taken over from a killed
-// member come after later events of their key (first handled on attempt 2), or consumption
-// stalls after the server stop, with every lease held (see the consumer dump). Both are
-// under investigation on the R3 consumer side; single-node runs do not show them.
+// often fails the per-key order check: events a killed member had fetched are redelivered
+// (attempt 2) long after later events of their key, sometimes only after the server stop,
+// although the new owner waited AckTimeout past the consumer's last delivery. Single-node
+// runs never show it; it is under investigation on the R3 consumer side (pinned_client
+// redelivery). The consumer state is dumped when the test fails.
 func TestChurnCluster(t *testing.T) {
 	c := embeddedtest.Cluster(t, 3)
 	total := 10_000
@@ -200,20 +201,20 @@ func runChurn(t *testing.T, url string, replicas int, ttl time.Duration, cluster
 				}
 				futs[j] = f
 			}
+			// An ack lost with a stopped server never comes: bound the wait for the chunk.
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			for j := i; j < min(i+chunk, total); j++ {
 				if f := futs[j]; f != nil {
-					// An ack lost with a stopped server never comes: bound the wait.
-					wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					_, err := f.Wait(wctx)
-					cancel()
-					if err != nil {
+					if _, err := f.Wait(wctx); err != nil {
 						if err := publishOne(j); err != nil {
+							cancel()
 							pubDone <- err
 							return
 						}
 					}
 				}
 			}
+			cancel()
 			published.Add(int64(min(chunk, total-i)))
 			// Keep the publisher at most a few chunks ahead of the consumers.
 			for published.Load()-env.rec.count.Load() > int64(total/10) {
