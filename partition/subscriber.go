@@ -621,10 +621,13 @@ func (s *Subscriber) waitInFlight(ctx context.Context, p int, lost chan error) e
 		return fmt.Errorf("partition: consumer of partition %d: %w", p, err)
 	}
 	info := cons.CachedInfo()
-	if info.NumAckPending == 0 || info.Delivered.Last == nil {
+	if info.NumAckPending == 0 {
 		return nil
 	}
-	wait := info.Config.AckWait - info.TimeStamp.Sub(*info.Delivered.Last)
+	wait := info.Config.AckWait // no time of last delivery: assume it was just now
+	if info.Delivered.Last != nil {
+		wait -= info.TimeStamp.Sub(*info.Delivered.Last)
+	}
 	if wait <= 0 {
 		return nil
 	}

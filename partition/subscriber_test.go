@@ -139,11 +139,10 @@ func TestChurnSingleNode(t *testing.T) {
 
 // TestChurnCluster runs the churn on a 3-node cluster with 10,000 events; set
 // JETBUS_TEST_CLUSTER_CHURN=full (without -short) for 100,000. With 100,000 events it
-// often fails the per-key order check: events a killed member had fetched are redelivered
-// (attempt 2) long after later events of their key, sometimes only after the server stop,
-// although the new owner waited AckTimeout past the consumer's last delivery. Single-node
-// runs never show it; it is under investigation on the R3 consumer side (pinned_client
-// redelivery). The consumer state is dumped when the test fails.
+// sometimes fails the per-key order check around the server stop: a few events a member had
+// fetched come back (attempt 2) after later events of their key, when the Bus's pull is
+// interrupted ("no heartbeat") and resumes without returning what it had fetched. Single-node
+// runs never show it. The consumer state is dumped when the test fails.
 func TestChurnCluster(t *testing.T) {
 	c := embeddedtest.Cluster(t, 3)
 	total := 10_000
