@@ -357,3 +357,32 @@ func TestMiddlewareTopicIsValidated(t *testing.T) {
 	_, err := b.Publish(ctx, "src", 1)
 	assert.ErrorIs(t, err, jetbus.ErrInvalidTopic)
 }
+
+// A subscription whose connection is closed ends by itself with ErrClosed, and Stop returns.
+func TestSubscriptionEndsWhenConnectionCloses(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	ctx := context.Background()
+	admin := openBus(t, s.ClientURL())
+	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "gone", Partitions: 4}))
+	nc := embeddedtest.Connect(t, s.ClientURL())
+	b, err := jbjs.Open(ctx, nc)
+	require.NoError(t, err)
+	sub, err := b.Subscribe(ctx, "gone", "g", func(context.Context, *jetbus.Delivery) error { return nil }, jetbus.FromEarliest())
+	require.NoError(t, err)
+	_, err = admin.Publish(ctx, "gone", 1)
+	require.NoError(t, err)
+	nc.Close()
+	select {
+	case <-sub.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("subscription still running after its connection closed")
+	}
+	assert.ErrorIs(t, sub.Err(), jetbus.ErrClosed)
+	done := make(chan struct{})
+	go func() { _ = sub.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return")
+	}
+}

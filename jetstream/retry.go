@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -37,7 +38,8 @@ func retryable(err error) bool {
 	switch {
 	case errors.Is(err, natsjs.ErrConsumerNotFound), errors.Is(err, natsjs.ErrStreamNotFound),
 		errors.Is(err, natsjs.ErrConsumerInvalidReset), errors.Is(err, natsjs.ErrConsumerExists),
-		errors.Is(err, natsjs.ErrConsumerNameAlreadyInUse), errors.Is(err, context.Canceled):
+		errors.Is(err, natsjs.ErrConsumerNameAlreadyInUse), errors.Is(err, context.Canceled),
+		errors.Is(err, nats.ErrConnectionClosed):
 		return false
 	}
 	var apiErr *natsjs.APIError

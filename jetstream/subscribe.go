@@ -129,6 +129,13 @@ type subscription struct {
 	draining atomic.Bool
 	wg       sync.WaitGroup
 	done     chan struct{}
+	err      atomic.Pointer[error] // why it stopped by itself
+}
+
+// fail stops the subscription because of err (reported by Err).
+func (s *subscription) fail(err error) {
+	s.err.CompareAndSwap(nil, &err)
+	s.stop(false) // does not wait: safe from a partition's own goroutine
 }
 
 var _ jetbus.Subscription = (*subscription)(nil)
@@ -175,9 +182,14 @@ func (s *subscription) Drain(ctx context.Context) error {
 // Done implements jetbus.Subscription.
 func (s *subscription) Done() <-chan struct{} { return s.done }
 
-// Err implements jetbus.Subscription. Partition consumers retry failures until stopped, so a
-// subscription only ends by Stop, Drain, Bus.Close or its context.
-func (s *subscription) Err() error { return nil }
+// Err implements jetbus.Subscription. Partition consumers retry failures until stopped; a
+// subscription ends by itself only when the NATS connection is closed (jetbus.ErrClosed).
+func (s *subscription) Err() error {
+	if e := s.err.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
 
 // partConsumer consumes one partition of one topic for a subscription.
 type partConsumer struct {
@@ -193,9 +205,11 @@ type partConsumer struct {
 	mu   sync.Mutex
 	iter natsjs.MessagesContext
 
-	// pinID is the pin the server gave this client, if it ever did. Only the partition's own
-	// goroutine (run, consume and the deferred release) touches it.
-	pinID string
+	// pinID is the pin the server gave this client, if it ever did, and lastDSeq the consumer
+	// sequence of the last delivery received. Only the partition's own goroutine (run,
+	// consume and the deferred release) touches them.
+	pinID    string
+	lastDSeq uint64
 }
 
 func (pc *partConsumer) stopIter() {
@@ -224,6 +238,10 @@ func (pc *partConsumer) run() {
 	takeOver := pc.sub.opts.TakeOver
 	retry := time.Duration(0)
 	for !pc.sub.stopping() {
+		if b.nc.IsClosed() {
+			pc.sub.fail(fmt.Errorf("%w: the NATS connection is closed", jetbus.ErrClosed))
+			return
+		}
 		if retry > 0 {
 			select {
 			case <-pc.sub.stopCh:
@@ -277,10 +295,74 @@ func (pc *partConsumer) run() {
 		if err != nil && !errors.Is(err, natsjs.ErrMsgIteratorClosed) {
 			pc.log.Info("pull interrupted, resuming", "err", err)
 		}
+		if errors.Is(err, errDeliveryGap) {
+			retry = 0
+		}
+		// Deliveries sent to the pull that just ended may have been lost on the way (a
+		// reconnect, a consumer leader change): get them back now and in order rather than
+		// after the ack timeout and behind later events of their keys.
+		pc.recoverDeliveries()
 		if err == nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) {
 			retry = 0
 		}
 	}
+}
+
+// errDeliveryGap ends a pull whose consumer sequence skipped: deliveries were lost in flight.
+var errDeliveryGap = errors.New("jetbus: deliveries lost in flight")
+
+// recoverDeliveries returns the partition's unacknowledged deliveries to the consumer, in
+// order, when this client holds the partition. It waits briefly for this client's own acks
+// to be settled first, so that few handled events are delivered again.
+func (pc *partConsumer) recoverDeliveries() {
+	pc.lastDSeq = 0
+	if pc.pinID == "" {
+		return
+	}
+	b := pc.sub.bus
+	ctx, cancel := context.WithTimeout(pc.sub.ctx, 5*time.Second)
+	defer cancel()
+	info, err := pc.settledInfo(ctx, 500*time.Millisecond)
+	if err != nil || info.NumAckPending == 0 || !pinnedBy(info, pc.pinID) {
+		return
+	}
+	if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
+		pc.log.Warn("returning lost deliveries failed; they come back after the ack timeout", "err", err)
+	}
+}
+
+// settledInfo flushes this client's acks and returns the consumer's state once nothing is
+// pending or wait has passed.
+func (pc *partConsumer) settledInfo(ctx context.Context, wait time.Duration) (*natsjs.ConsumerInfo, error) {
+	b := pc.sub.bus
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		pc.log.Debug("flush failed", "err", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
+		if err != nil {
+			return nil, err
+		}
+		info := cons.CachedInfo()
+		if info.NumAckPending == 0 || time.Now().After(deadline) {
+			return info, nil
+		}
+		select {
+		case <-ctx.Done():
+			return info, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func pinnedBy(info *natsjs.ConsumerInfo, pin string) bool {
+	for _, g := range info.PriorityGroups {
+		if g.Group == PriorityGroup {
+			return g.PinnedClientID == pin
+		}
+	}
+	return false
 }
 
 // consume handles messages until the iterator ends.
@@ -303,6 +385,18 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		if pin := msg.Headers().Get("Nats-Pin-Id"); pin != "" && pin != pc.pinID {
 			pc.pinID = pin
 		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			pc.log.Error("message without metadata, terminated", "err", err)
+			_ = msg.TermWithReason("jetbus: no metadata")
+			continue
+		}
+		if dseq := meta.Sequence.Consumer; pc.lastDSeq != 0 && dseq > pc.lastDSeq+1 {
+			// Deliveries between the two were lost on the way to this client: this one must
+			// wait for them (the recovery delivers it again, after them).
+			return fmt.Errorf("%w: consumer sequence %d after %d", errDeliveryGap, dseq, pc.lastDSeq)
+		}
+		pc.lastDSeq = meta.Sequence.Consumer
 		if pc.sub.stopping() && !pc.sub.draining.Load() {
 			// Fetched but not started: give it back so the next owner gets it at once.
 			if err := msg.Nak(); err != nil {
@@ -310,38 +404,43 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 			}
 			continue
 		}
-		handle(msg)
+		handle(msg, meta)
 	}
+}
+
+type delivered struct {
+	msg  natsjs.Msg
+	meta *natsjs.MsgMetadata
 }
 
 // keyWorkers spread a partition's messages over workers by key (KeyConcurrency).
 type keyWorkers struct {
 	pc   *partConsumer
-	in   []chan natsjs.Msg
+	in   []chan delivered
 	wg   sync.WaitGroup
 	next int // round robin for keyless events
 }
 
 func (pc *partConsumer) startWorkers(n int) *keyWorkers {
-	ws := &keyWorkers{pc: pc, in: make([]chan natsjs.Msg, n)}
+	ws := &keyWorkers{pc: pc, in: make([]chan delivered, n)}
 	for i := range ws.in {
-		ws.in[i] = make(chan natsjs.Msg, pc.sub.opts.BatchSize/n+1)
+		ws.in[i] = make(chan delivered, pc.sub.opts.BatchSize/n+1)
 		ws.wg.Add(1)
-		go func(in <-chan natsjs.Msg) {
+		go func(in <-chan delivered) {
 			defer ws.wg.Done()
-			for msg := range in {
+			for d := range in {
 				if pc.sub.stopping() && !pc.sub.draining.Load() {
-					_ = msg.Nak()
+					_ = d.msg.Nak()
 					continue
 				}
-				pc.handle(msg)
+				pc.handle(d.msg, d.meta)
 			}
 		}(ws.in[i])
 	}
 	return ws
 }
 
-func (ws *keyWorkers) dispatch(msg natsjs.Msg) {
+func (ws *keyWorkers) dispatch(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	var i int
 	if key := msg.Headers().Get(jetbus.HeaderKey); key != "" {
 		i = int(partition.Hash(key) % uint64(len(ws.in)))
@@ -349,7 +448,7 @@ func (ws *keyWorkers) dispatch(msg natsjs.Msg) {
 		i = ws.next
 		ws.next = (ws.next + 1) % len(ws.in)
 	}
-	ws.in[i] <- msg
+	ws.in[i] <- delivered{msg, meta}
 }
 
 // stop lets the workers finish what they were given and waits for them.
@@ -361,14 +460,8 @@ func (ws *keyWorkers) stop() {
 }
 
 // handle runs the handler chain on one message and settles it.
-func (pc *partConsumer) handle(msg natsjs.Msg) {
+func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	s := pc.sub
-	meta, err := msg.Metadata()
-	if err != nil {
-		pc.log.Error("message without metadata, terminated", "err", err)
-		_ = msg.TermWithReason("jetbus: no metadata")
-		return
-	}
 	e, raw, decodeErr := decode(msg, meta)
 	if decodeErr == nil && s.opts.Filter != nil && !s.opts.Filter(e) {
 		_ = msg.Ack()
@@ -392,7 +485,7 @@ func (pc *partConsumer) handle(msg natsjs.Msg) {
 		pc.gm.deliver()
 		t0 = time.Now()
 	}
-	err = pc.call(d)
+	err := pc.call(d)
 	for err != nil && s.opts.KeyConcurrency > 1 && !jetbus.IsPermanent(err) && d.Attempt < s.opts.MaxAttempts {
 		// Retry in place so the key's next event waits for this one.
 		if !pc.holdFor(msg, s.opts.Backoff(d.Attempt)) {
@@ -494,35 +587,21 @@ func (pc *partConsumer) release() {
 	b := pc.sub.bus
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := b.nc.FlushWithContext(ctx); err != nil {
-		pc.log.Debug("flush on release failed", "err", err)
+	info, err := pc.settledInfo(ctx, time.Second)
+	if err != nil {
+		pc.log.Debug("consumer lookup on release failed", "err", err)
+		return
 	}
-	// Acks travel asynchronously: give the server a moment to settle the last ones.
-	var info *natsjs.ConsumerInfo
-	deadline := time.Now().Add(time.Second)
-	for {
-		cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
-		if err != nil {
-			pc.log.Debug("consumer lookup on release failed", "err", err)
-			return
-		}
-		info = cons.CachedInfo()
-		if info.NumAckPending == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !pinnedBy(info, pin) {
+		return // someone else holds the partition now: its state is not ours to touch
 	}
 	if info.NumAckPending > 0 {
 		if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
 			pc.log.Warn("returning unacknowledged deliveries failed; they come back after the ack timeout", "err", err)
 		}
 	}
-	for _, g := range info.PriorityGroups {
-		if g.Group == PriorityGroup && g.PinnedClientID == pin {
-			if err := b.unpin(ctx, pc.stream, pc.name); err != nil {
-				pc.log.Debug("unpin failed", "err", err)
-			}
-		}
+	if err := b.unpin(ctx, pc.stream, pc.name); err != nil {
+		pc.log.Debug("unpin failed", "err", err)
 	}
 }
 
