@@ -35,11 +35,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 30000x -count $(COUNT) -timeout 30m ./jetstream/
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count $(COUNT) -timeout 30m ./embeddedtest/minimongo/
 	$(GO) test -run '^$$' -bench 'Publish|Validate' -benchtime 3000x -count $(COUNT) -timeout 30m ./schema/
-	$(GO) test -run '^$$' -bench . -count $(COUNT) -timeout 30m ./partition/
+	$(GO) test -run '^$$' -bench 'Rebalance|Consume' -benchtime 3x -count $(COUNT) -timeout 30m ./partition/
 
-## soak: long churn and chaos runs, behind the soak build tag.
+## soak: the churn and cluster tests, repeated (make test runs them once; test-short shrinks them).
+SOAK ?= 5
 soak:
-	$(GO) test -race -count=1 -tags soak -run Soak -timeout 60m $(PKGS)
+	$(GO) test -race -count=$(SOAK) -run 'Churn|Conformance|Cluster' -timeout 60m ./partition/ ./jetstream/ ./embeddedtest/
 
 ## dev: embedded NATS (JetStream under ./data) and the MongoDB test backend, until Ctrl-C.
 dev:

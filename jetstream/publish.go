@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
@@ -55,15 +54,12 @@ func (b *Bus) newEvent(topic string, payload any, opts []jetbus.PublishOption) (
 		CausedBy: o.CausedBy,
 		Tags:     o.Tags,
 	}
+	now := time.Now()
 	if e.ID == "" {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("jetbus: event ID: %w", err)
-		}
-		e.ID = id.String()
+		e.ID = newEventID(now)
 	}
 	if e.TS.IsZero() {
-		e.TS = time.Now()
+		e.TS = now
 	}
 	e.TS = time.UnixMilli(e.TS.UnixMilli())
 	return e, nil
