@@ -56,11 +56,12 @@ func headerSize(h nats.Header) int {
 	return n
 }
 
-// decode turns a delivered message into the event it carries. A message published by a
+// decode fills e with the event a delivered message carries (the consume path allocates the
+// Event together with its Delivery). A message published by a
 // foreign client without jetbus headers still decodes: its ID is "<stream>:<seq>" and its
 // TS the time the stream stored it. The returned error wraps jetbus.ErrDecode when the body
 // is not valid JSON; the event is complete nonetheless.
-func decode(m natsjs.Msg, meta *natsjs.MsgMetadata) (*jetbus.Event, jetbus.RawMessage, error) {
+func decode(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata) (jetbus.RawMessage, error) {
 	subject := m.Subject()
 	topic, part, ok := jetbus.ParsePartitionSubject(subject)
 	if !ok {
@@ -74,7 +75,7 @@ func decode(m natsjs.Msg, meta *natsjs.MsgMetadata) (*jetbus.Event, jetbus.RawMe
 		Data:    m.Data(),
 		Time:    meta.Timestamp,
 	}
-	e := &jetbus.Event{
+	*e = jetbus.Event{
 		Topic:     topic,
 		Partition: part,
 		Payload:   json.RawMessage(m.Data()),
@@ -117,9 +118,9 @@ func decode(m natsjs.Msg, meta *natsjs.MsgMetadata) (*jetbus.Event, jetbus.RawMe
 		e.TS = meta.Timestamp
 	}
 	if !json.Valid(e.Payload) {
-		return e, raw, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, meta.Stream, meta.Sequence.Stream)
+		return raw, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, meta.Stream, meta.Sequence.Stream)
 	}
-	return e, raw, nil
+	return raw, nil
 }
 
 func splitList(v string) []string {

@@ -462,12 +462,18 @@ func (ws *keyWorkers) stop() {
 // handle runs the handler chain on one message and settles it.
 func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	s := pc.sub
-	e, raw, decodeErr := decode(msg, meta)
+	both := new(struct {
+		d jetbus.Delivery
+		e jetbus.Event
+	})
+	e := &both.e
+	raw, decodeErr := decode(e, msg, meta)
 	if decodeErr == nil && s.opts.Filter != nil && !s.opts.Filter(e) {
 		_ = msg.Ack()
 		return
 	}
-	d := &jetbus.Delivery{
+	d := &both.d
+	*d = jetbus.Delivery{
 		Event:       e,
 		Group:       s.group,
 		Attempt:     int(meta.NumDelivered),
