@@ -7,6 +7,8 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus/internal/streamscan"
 )
 
 // List returns the dead letters matching f, oldest first, at most limit of them (0: all).
@@ -56,38 +58,15 @@ func (q *Queue) scan(ctx context.Context, f Filter, fn func(*Letter) bool) error
 	if _, err := q.stream(ctx); err != nil {
 		return err
 	}
-	c, err := q.js.OrderedConsumer(ctx, StreamName, cfg)
+	err := streamscan.Scan(ctx, q.js, StreamName, cfg, func(m natsjs.Msg, meta *natsjs.MsgMetadata) bool {
+		l, err := parseLetter(meta.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
+		if err != nil || !f.match(l) {
+			return true // not a dead letter of this filter
+		}
+		return fn(l)
+	})
 	if err != nil {
-		return fmt.Errorf("dlq: scan: %w", err)
+		return fmt.Errorf("dlq: %w", err)
 	}
-	pending := c.CachedInfo().NumPending
-	for pending > 0 {
-		batch, err := c.Fetch(int(min(pending, 500)), natsjs.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("dlq: scan: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			pending = meta.NumPending
-			l, err := parseLetter(meta.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
-			if err != nil || !f.match(l) {
-				continue
-			}
-			if !fn(l) {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) {
-			return fmt.Errorf("dlq: scan: %w", err)
-		}
-		if n == 0 {
-			break
-		}
-	}
-	return ctx.Err()
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/streamscan"
 )
 
 // PriorityGroup is the priority group every jetbus consumer pins its client in.
@@ -180,43 +181,24 @@ func (b *Bus) resolve(ctx context.Context, topic string, pos jetbus.Position) (u
 	return 0, fmt.Errorf("%w: position kind %d", jetbus.ErrInvalidOption, pos.Kind)
 }
 
-// firstSeqFrom scans stream from time `from` (zero: the start) with an ordered consumer
-// reading headers only, and returns the sequence of the first message that match accepts
-// (nil: any).
+// firstSeqFrom scans stream from time `from` (zero: the start), reading headers only, and
+// returns the sequence of the first message that match accepts (nil: any).
 func (b *Bus) firstSeqFrom(ctx context.Context, stream string, from time.Time, match func(natsjs.Msg) bool) (uint64, bool, error) {
 	cfg := natsjs.OrderedConsumerConfig{HeadersOnly: true}
 	if !from.IsZero() {
 		cfg.DeliverPolicy = natsjs.DeliverByStartTimePolicy
 		cfg.OptStartTime = &from
 	}
-	c, err := b.js.OrderedConsumer(ctx, stream, cfg)
+	var seq uint64
+	err := streamscan.Scan(ctx, b.js, stream, cfg, func(m natsjs.Msg, meta *natsjs.MsgMetadata) bool {
+		if match == nil || match(m) {
+			seq = meta.Sequence.Stream
+			return false
+		}
+		return true
+	})
 	if err != nil {
-		return 0, false, fmt.Errorf("jetbus: scan %s: %w", stream, err)
+		return 0, false, fmt.Errorf("jetbus: %w", err)
 	}
-	pending := c.CachedInfo().NumPending
-	for pending > 0 {
-		batch, err := c.Fetch(int(min(pending, 1000)), natsjs.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return 0, false, fmt.Errorf("jetbus: scan %s: %w", stream, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			if match == nil || match(m) {
-				return meta.Sequence.Stream, true, nil
-			}
-			pending = meta.NumPending
-		}
-		if err := batch.Error(); err != nil {
-			return 0, false, fmt.Errorf("jetbus: scan %s: %w", stream, err)
-		}
-		if n == 0 {
-			break
-		}
-	}
-	return 0, false, ctx.Err()
+	return seq, seq != 0, nil
 }

@@ -1,0 +1,51 @@
+// Package streamscan reads a stream once, in order, for the packages that look for messages
+// by content: jetstream (a position given as an event ID) and dlq (listing dead letters).
+package streamscan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// batch bounds one fetch of a scan.
+const batch = 500
+
+// Scan reads stream with an ordered consumer configured by cfg and calls fn with every
+// message, in order, until fn returns false or the messages the stream held when the scan
+// started are read. It returns ctx's error if ctx ended first.
+func Scan(ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.OrderedConsumerConfig, fn func(natsjs.Msg, *natsjs.MsgMetadata) bool) error {
+	c, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", stream, err)
+	}
+	pending := c.CachedInfo().NumPending
+	for pending > 0 && ctx.Err() == nil {
+		msgs, err := c.Fetch(int(min(pending, batch)), natsjs.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", stream, err)
+		}
+		n := 0
+		for m := range msgs.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			pending = meta.NumPending
+			if !fn(m, meta) {
+				return nil
+			}
+		}
+		if err := msgs.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) {
+			return fmt.Errorf("scan %s: %w", stream, err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return ctx.Err()
+}
