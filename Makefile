@@ -13,7 +13,7 @@ build:
 test: vet fmt-check
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
-## test-short: the quick subset (no cluster runs, smaller churn).
+## test-short: a quicker subset (no cluster conformance run, 10k-event churns).
 test-short:
 	$(GO) test -race -count=1 -short $(PKGS)
 
