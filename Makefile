@@ -2,7 +2,7 @@
 GO        ?= go
 PKGS      ?= ./...
 
-.PHONY: all build test test-short race vet fmt-check lint bench soak dev clean
+.PHONY: all build test test-short vet fmt-check lint bench soak dev clean
 
 all: build test
 
