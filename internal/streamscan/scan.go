@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -18,7 +19,7 @@ const batch = 500
 // message, in order, until fn returns false or the messages the stream held when the scan
 // started are read. It returns ctx's error if ctx ended first.
 func Scan(ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.OrderedConsumerConfig, fn func(natsjs.Msg, *natsjs.MsgMetadata) bool) error {
-	c, err := js.OrderedConsumer(ctx, stream, cfg)
+	c, err := orderedConsumer(ctx, js, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", stream, err)
 	}
@@ -48,4 +49,26 @@ func Scan(ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.Or
 		}
 	}
 	return ctx.Err()
+}
+
+// orderedConsumer creates the scan's consumer, asking again while a cluster has no one to
+// answer yet (a stream leader being elected): the request is idempotent.
+func orderedConsumer(ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.OrderedConsumerConfig) (natsjs.Consumer, error) {
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		c, err := js.OrderedConsumer(tctx, stream, cfg)
+		cancel()
+		transient := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, context.DeadlineExceeded)
+		if err == nil || !transient || attempt == 8 || ctx.Err() != nil {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
