@@ -528,21 +528,7 @@ func typePred(spec any) (valuesPred, error) {
 		}
 		return false
 	}
-	return func(vals []any, _ bool) bool {
-		for _, v := range vals {
-			if matches(v) {
-				return true
-			}
-			if a, ok := v.(bson.A); ok {
-				for _, e := range a {
-					if matches(e) {
-						return true
-					}
-				}
-			}
-		}
-		return false
-	}, nil
+	return anyElem(matches), nil
 }
 
 func elemMatchPred(spec any) (valuesPred, error) {
