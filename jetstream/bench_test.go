@@ -181,9 +181,9 @@ func benchConsume(b *testing.B, pinnedRaw bool) {
 		pull := []natsjs.PullMessagesOpt{natsjs.PullMaxMessages(100)}
 		if pinnedRaw {
 			cfg.PriorityPolicy = natsjs.PriorityPolicyPinned
-			cfg.PriorityGroups = []string{jbjs.PriorityGroup}
+			cfg.PriorityGroups = []string{jetbus.PriorityGroup}
 			cfg.PinnedTTL = 10 * time.Second
-			pull = append(pull, natsjs.PullPriorityGroup(jbjs.PriorityGroup))
+			pull = append(pull, natsjs.PullPriorityGroup(jetbus.PriorityGroup))
 		}
 		cons, err := e.js.CreateConsumer(ctx, jetbus.StreamName(topic), cfg)
 		require.NoError(b, err)

@@ -16,7 +16,6 @@ import (
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/embeddedtest"
 	jbjs "github.com/jetbus/jetbus/jetstream"
-	"github.com/jetbus/jetbus/partition"
 )
 
 func streamMsgs(t *testing.T, b *jbjs.Bus, topic string) uint64 {
@@ -145,7 +144,7 @@ func TestWireFormat(t *testing.T) {
 
 	e, err := b.Publish(ctx, "orders.created", map[string]int{"n": 1}, jetbus.WithKey("user-42"), jetbus.WithTags("a", "b"), jetbus.WithCausedBy("c"))
 	require.NoError(t, err)
-	assert.Equal(t, partition.Of("user-42", 8), e.Partition)
+	assert.Equal(t, jetbus.PartitionOf("user-42", 8), e.Partition)
 	raw, err := info.GetMsg(ctx, e.Seq)
 	require.NoError(t, err)
 	assert.Equal(t, "orders.created.p0", raw.Subject, "Of(user-42, 8) = 0 per the vectors")
@@ -160,7 +159,7 @@ func TestWireFormat(t *testing.T) {
 	// Without a key, the event ID picks the partition.
 	e2, err := b.Publish(ctx, "orders.created", 1)
 	require.NoError(t, err)
-	assert.Equal(t, partition.Of(e2.ID, 8), e2.Partition)
+	assert.Equal(t, jetbus.PartitionOf(e2.ID, 8), e2.Partition)
 
 	// A publish to a partition beyond the topic's is refused by the server.
 	_, err = b.JetStream().Publish(ctx, "orders.created.p8", []byte("1"))

@@ -13,17 +13,9 @@ import (
 	"github.com/jetbus/jetbus/internal/streamscan"
 )
 
-// PriorityGroup is the priority group every jetbus consumer pins its client in.
-const PriorityGroup = "jetbus"
-
-// ConsumerName returns the durable consumer of a group's partition: "<group>_p<n>".
-func ConsumerName(group string, partition int) string {
-	return group + "_p" + strconv.Itoa(partition)
-}
-
 func (b *Bus) consumerConfig(topic, group string, p int, o *jetbus.SubscribeOptions) natsjs.ConsumerConfig {
 	return natsjs.ConsumerConfig{
-		Durable:        ConsumerName(group, p),
+		Durable:        jetbus.ConsumerName(group, p),
 		Description:    fmt.Sprintf("jetbus group %s, topic %s, partition %d", group, topic, p),
 		DeliverPolicy:  natsjs.DeliverAllPolicy,
 		AckPolicy:      natsjs.AckExplicitPolicy,
@@ -32,7 +24,7 @@ func (b *Bus) consumerConfig(topic, group string, p int, o *jetbus.SubscribeOpti
 		MaxAckPending:  o.MaxInFlight,
 		FilterSubject:  jetbus.PartitionSubject(topic, p),
 		PriorityPolicy: natsjs.PriorityPolicyPinned,
-		PriorityGroups: []string{PriorityGroup},
+		PriorityGroups: []string{jetbus.PriorityGroup},
 		PinnedTTL:      b.opts.pinnedTTL,
 		Metadata: map[string]string{
 			"jetbus.topic":     topic,

@@ -21,7 +21,7 @@ func (b *Bus) Cursor(ctx context.Context, topic, group string) (*jetbus.Cursor, 
 	c := &jetbus.Cursor{Topic: topic, Group: group}
 	stream := jetbus.StreamName(topic)
 	for p := range n {
-		cons, err := b.js.Consumer(ctx, stream, ConsumerName(group, p))
+		cons, err := b.js.Consumer(ctx, stream, jetbus.ConsumerName(group, p))
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
 			continue
 		} else if err != nil {
@@ -64,7 +64,7 @@ func (b *Bus) SetCursor(ctx context.Context, topic, group string, to jetbus.Posi
 	}
 	stream := jetbus.StreamName(topic)
 	for p := range n {
-		name := ConsumerName(group, p)
+		name := jetbus.ConsumerName(group, p)
 		err := b.resetConsumer(ctx, stream, name, seq)
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
 			err = b.createConsumerAt(ctx, stream, b.consumerConfig(topic, group, p, &o), seq)

@@ -11,7 +11,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
-	"github.com/jetbus/jetbus/partition"
 )
 
 // Publish implements jetbus.Bus. It returns when the server has stored the event (or found
@@ -98,7 +97,7 @@ func (b *Bus) prepare(ctx context.Context, e *jetbus.Event) (*nats.Msg, error) {
 	if key == "" {
 		key = e.ID
 	}
-	e.Partition = partition.Of(key, t.partitions)
+	e.Partition = jetbus.PartitionOf(key, t.partitions)
 	msg := encode(e, t.subjects[e.Partition])
 	if max := b.nc.MaxPayload(); int64(len(msg.Data)+headerSize(msg.Header)) > max {
 		return nil, fmt.Errorf("%w: %d bytes of body and %d of headers, server max is %d",

@@ -13,7 +13,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
-	"github.com/jetbus/jetbus/partition"
 )
 
 // Subscribe implements jetbus.Bus. It creates or updates one durable consumer per (topic,
@@ -81,7 +80,7 @@ func (b *Bus) Subscribe(ctx context.Context, topic, group string, h jetbus.Handl
 				topic:     t,
 				stream:    jetbus.StreamName(t),
 				partition: p,
-				name:      ConsumerName(group, p),
+				name:      jetbus.ConsumerName(group, p),
 				gm:        b.metrics.group(t, group),
 				log:       b.opts.logger.With("topic", t, "group", group, "partition", p),
 			})
@@ -278,7 +277,7 @@ func (pc *partConsumer) run() {
 		}
 		it, err := cons.Messages(
 			natsjs.PullMaxMessages(min(pc.sub.opts.BatchSize, pc.sub.opts.MaxInFlight)),
-			natsjs.PullPriorityGroup(PriorityGroup),
+			natsjs.PullPriorityGroup(jetbus.PriorityGroup),
 		)
 		if err != nil {
 			pc.log.Warn("pull failed", "err", err)
@@ -358,7 +357,7 @@ func (pc *partConsumer) settledInfo(ctx context.Context, wait time.Duration) (*n
 
 func pinnedBy(info *natsjs.ConsumerInfo, pin string) bool {
 	for _, g := range info.PriorityGroups {
-		if g.Group == PriorityGroup {
+		if g.Group == jetbus.PriorityGroup {
 			return g.PinnedClientID == pin
 		}
 	}
@@ -443,7 +442,7 @@ func (pc *partConsumer) startWorkers(n int) *keyWorkers {
 func (ws *keyWorkers) dispatch(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	var i int
 	if key := msg.Headers().Get(jetbus.HeaderKey); key != "" {
-		i = int(partition.Hash(key) % uint64(len(ws.in)))
+		i = int(jetbus.KeyHash(key) % uint64(len(ws.in)))
 	} else {
 		i = ws.next
 		ws.next = (ws.next + 1) % len(ws.in)
@@ -637,6 +636,6 @@ func (b *Bus) unpin(ctx context.Context, stream, consumer string) error {
 		if err != nil {
 			return err
 		}
-		return s.UnpinConsumer(ctx, consumer, PriorityGroup)
+		return s.UnpinConsumer(ctx, consumer, jetbus.PriorityGroup)
 	})
 }

@@ -3,6 +3,8 @@ package partition
 import (
 	"slices"
 	"sort"
+
+	"github.com/jetbus/jetbus"
 )
 
 // Assign returns an owner for each of n partitions among members: Rebalance(nil, members, n).
@@ -125,7 +127,7 @@ func Owned(owners []string, member string) []int {
 
 // score is the rendezvous (highest random weight) score of member for partition p.
 func score(member string, p int) uint64 {
-	return mix64(Hash(member) ^ (uint64(p)+1)*0x9e3779b97f4a7c15)
+	return mix64(jetbus.KeyHash(member) ^ (uint64(p)+1)*0x9e3779b97f4a7c15)
 }
 
 // mix64 is the splitmix64 finalizer.

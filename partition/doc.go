@@ -1,18 +1,19 @@
-// Package partition owns how events are spread over a topic's partitions and how a consumer
-// group's partitions are spread over its members: the key hash, group membership in KV, the
-// assignment of partitions to members, partition leases, and the partitioned subscriber that
-// puts them together.
+// Package partition owns how a consumer group's partitions are spread over its members: group
+// membership in KV, the assignment of partitions to members, partition leases, and the
+// partitioned subscriber that puts them together.
 //
-// It does not own streams, consumers, fetching, acknowledgement or retries: those are the
-// Bus's (package jetstream), reached through the small Consumer interface. Per-key
+// It does not own the key hash (the wire contract's jetbus.PartitionOf), streams, consumers,
+// fetching, acknowledgement or retries: those are the Bus's (package jetstream), reached
+// through the small Consumer interface. Per-key
 // parallelism inside a partition is the Bus's as well.
 //
 // # Keys and partitions
 //
-// The partition of a key is Jump(Hash(key), N): FNV-1a 64 of the key's UTF-8 bytes, then
-// Lamping and Veach's jump consistent hash. Every jetbus client, in any language, computes the
-// same partition for the same key; the vectors in hash_test.go pin it. Growing N to N+1 moves
-// about 1/(N+1) of the keys, all to the new partition.
+// The partition of a key is jetbus.PartitionOf(key, N) = jetbus.Jump(jetbus.KeyHash(key), N):
+// FNV-1a 64 of the key's UTF-8 bytes, then Lamping and Veach's jump consistent hash. They live
+// in the root package with the other wire-contract names, because every jetbus client, in any
+// language, computes them; the vectors in the root's hash_test.go pin them. Growing N to N+1
+// moves about 1/(N+1) of the keys, all to the new partition.
 //
 // # Buckets and keys
 //

@@ -603,16 +603,13 @@ func (s *Subscriber) keep(ctx context.Context, p int, lease *Lease) error {
 	}
 }
 
-// consumerName is the Bus's durable consumer of a (group, partition), see DESIGN.md.
-func consumerName(group string, p int) string { return fmt.Sprintf("%s_p%d", group, p) }
-
 // waitInFlight waits, after a lease expired rather than being released, until the previous
 // owner's deliveries of partition p are due for redelivery (its last delivery is older than
 // the consumer's AckWait), so that the new owner sees them first and in order. It returns the
 // keeper's error if the lease is lost meanwhile.
 func (s *Subscriber) waitInFlight(ctx context.Context, p int, lost chan error) error {
 	ictx, cancel := context.WithTimeout(ctx, s.to.LeaseTTL)
-	cons, err := s.js.Consumer(ictx, jetbus.StreamName(s.cfg.Topic), consumerName(s.cfg.Group, p))
+	cons, err := s.js.Consumer(ictx, jetbus.StreamName(s.cfg.Topic), jetbus.ConsumerName(s.cfg.Group, p))
 	cancel()
 	if errors.Is(err, natsjs.ErrConsumerNotFound) || ctx.Err() != nil {
 		return nil

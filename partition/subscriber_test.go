@@ -72,7 +72,7 @@ func (r *recorder) handler(member, topic string, work time.Duration) jetbus.Hand
 			r.overlaps = append(r.overlaps, fmt.Sprintf("partition %d in %s and %s at once (seq %d)", p, other, member, d.Seq))
 		}
 		r.active[p] = member
-		if d.Topic != topic || partition.Of(d.Key, 16) != p {
+		if d.Topic != topic || jetbus.PartitionOf(d.Key, 16) != p {
 			r.wrong = append(r.wrong, fmt.Sprintf("event seq %d: topic %q partition %d key %q", d.Seq, d.Topic, p, d.Key))
 		}
 		if !r.handled[d.Seq] {

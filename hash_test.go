@@ -1,4 +1,4 @@
-package partition_test
+package jetbus_test
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/jetbus/jetbus/partition"
+	"github.com/jetbus/jetbus"
 )
 
 // vectors were computed by an independent implementation (a dozen lines of Python with
@@ -30,10 +30,10 @@ func TestVectors(t *testing.T) {
 	ns := [6]int{1, 2, 8, 16, 64, 100}
 	for _, v := range vectors {
 		t.Run(fmt.Sprintf("%q", v.key), func(t *testing.T) {
-			assert.Equal(t, v.hash, partition.Hash(v.key), "Hash")
+			assert.Equal(t, v.hash, jetbus.KeyHash(v.key), "KeyHash")
 			for i, n := range ns {
-				assert.Equal(t, v.parts[i], partition.Of(v.key, n), "Of(%q, %d)", v.key, n)
-				assert.Equal(t, v.parts[i], partition.Jump(v.hash, n), "Jump(%#x, %d)", v.hash, n)
+				assert.Equal(t, v.parts[i], jetbus.PartitionOf(v.key, n), "PartitionOf(%q, %d)", v.key, n)
+				assert.Equal(t, v.parts[i], jetbus.Jump(v.hash, n), "Jump(%#x, %d)", v.hash, n)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package partition_test
+package jetbus_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jetbus/jetbus/partition"
+	"github.com/jetbus/jetbus"
 )
 
 const propertyKeys = 1_000_000
@@ -25,12 +25,12 @@ func chiSquareCritical(df int) float64 {
 
 // TestOfUniform checks that keys "key-0" … "key-999999" spread uniformly over N partitions: the
 // chi-square statistic of the counts stays under the 0.999 quantile.
-func TestOfUniform(t *testing.T) {
+func TestPartitionOfUniform(t *testing.T) {
 	for _, n := range []int{8, 16, 64, 100} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			counts := make([]int, n)
 			for i := range propertyKeys {
-				counts[partition.Of("key-"+strconv.Itoa(i), n)]++
+				counts[jetbus.PartitionOf("key-"+strconv.Itoa(i), n)]++
 			}
 			expected := float64(propertyKeys) / float64(n)
 			chi := 0.0
@@ -54,13 +54,13 @@ func TestJumpGrowth(t *testing.T) {
 	}
 	hashes := make([]uint64, keys)
 	for i := range hashes {
-		hashes[i] = partition.Hash("key-" + strconv.Itoa(i))
+		hashes[i] = jetbus.KeyHash("key-" + strconv.Itoa(i))
 	}
 	for _, n := range []int{1, 2, 7, 8, 15, 16, 63, 64, 99, 100} {
 		t.Run(fmt.Sprintf("%d-to-%d", n, n+1), func(t *testing.T) {
 			movedKeys := 0
 			for _, h := range hashes {
-				before, after := partition.Jump(h, n), partition.Jump(h, n+1)
+				before, after := jetbus.Jump(h, n), jetbus.Jump(h, n+1)
 				if before == after {
 					continue
 				}
@@ -78,12 +78,12 @@ func TestJumpGrowth(t *testing.T) {
 // TestJumpRange checks that Jump stays in [0, n) and treats n < 1 as 1.
 func TestJumpRange(t *testing.T) {
 	for i := range 10_000 {
-		h := partition.Hash(strconv.Itoa(i))
+		h := jetbus.KeyHash(strconv.Itoa(i))
 		for _, n := range []int{1, 3, 1000} {
-			p := partition.Jump(h, n)
+			p := jetbus.Jump(h, n)
 			require.True(t, p >= 0 && p < n, "Jump(%#x, %d) = %d", h, n, p)
 		}
-		require.Equal(t, 0, partition.Jump(h, 0))
-		require.Equal(t, 0, partition.Jump(h, -5))
+		require.Equal(t, 0, jetbus.Jump(h, 0))
+		require.Equal(t, 0, jetbus.Jump(h, -5))
 	}
 }
