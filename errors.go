@@ -35,8 +35,18 @@ var (
 	// handler for it: the innermost step returns Permanent(an error wrapping ErrDecode), so
 	// the dead-letter step records it with reason "decode".
 	ErrDecode = errors.New("jetbus: body is not valid JSON")
-	// ErrClosed is returned by calls on a closed Bus or a stopped Subscription.
+	// ErrClosed is returned by calls on a closed Bus, a stopped Subscription, and every other
+	// closed jetbus handle (a schema registry, a partitioned subscriber whose connection
+	// closed).
 	ErrClosed = errors.New("jetbus: closed")
+	// ErrInvalidConfig is wrapped by every package's ErrInvalidConfig: a Config field out of
+	// range, reported by the Config's Validate with the field's name.
+	ErrInvalidConfig = errors.New("jetbus: invalid configuration")
+	// ErrUnavailable wraps a failure of a server jetbus depends on that may go away by itself
+	// (no leader during an election, a timeout, a lost connection): the same call, made again
+	// later, can succeed. The dependency's own error is described in the message, not
+	// wrapped: it is not part of jetbus's API.
+	ErrUnavailable = errors.New("jetbus: unavailable")
 )
 
 // permanentError marks an error that must not be retried.

@@ -159,11 +159,6 @@ type SubscribeOptions struct {
 	FanIn []string
 	// Middlewares wrap the handler of this subscription, inside the Bus's own.
 	Middlewares []HandlerMiddleware
-	// Partitions, when not nil, limits the subscription to these partitions of every topic.
-	Partitions []int
-	// TakeOver makes the subscription take each partition's consumer from whichever client
-	// holds it now, instead of waiting for it to let go.
-	TakeOver bool
 	// KeyConcurrency, when above 1, handles up to that many keys of a partition at once.
 	KeyConcurrency int
 }
@@ -290,30 +285,6 @@ func FanIn(topics ...string) SubscribeOption {
 // Use wraps this subscription's handler with middlewares (the first is the outermost).
 func Use(mws ...HandlerMiddleware) SubscribeOption {
 	return func(o *SubscribeOptions) error { o.Middlewares = append(o.Middlewares, mws...); return nil }
-}
-
-// OnlyPartitions limits the subscription to the given partitions of its topics. Without it a
-// subscription consumes every partition. Package partition uses it to consume the partitions
-// a member owns.
-func OnlyPartitions(ps ...int) SubscribeOption {
-	return func(o *SubscribeOptions) error {
-		for _, p := range ps {
-			if p < 0 {
-				return fmt.Errorf("%w: negative partition %d", ErrInvalidOption, p)
-			}
-		}
-		o.Partitions = append(make([]int, 0, len(ps)), ps...)
-		return nil
-	}
-}
-
-// TakeOver makes a new subscription take its partitions at once from a client that still
-// holds them (a crashed member whose hold has not expired yet). Without it, a second
-// subscriber of the same group and partition waits until the first stops or goes silent, so
-// one partition is never consumed by two clients at once. Use it only under an external
-// fence, such as package partition's leases, that guarantees the previous holder stopped.
-func TakeOver() SubscribeOption {
-	return func(o *SubscribeOptions) error { o.TakeOver = true; return nil }
 }
 
 // KeyConcurrency handles up to n events of a partition at once, never two of the same key:

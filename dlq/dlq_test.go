@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -32,14 +31,6 @@ type env struct {
 	reg *prometheus.Registry
 }
 
-func logger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tw{t}, &slog.HandlerOptions{Level: slog.LevelError}))
-}
-
-type tw struct{ t *testing.T }
-
-func (w tw) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
 func newEnv(t *testing.T, cfg dlq.Config) *env {
 	t.Helper()
 	s := embeddedtest.NATS(t)
@@ -52,14 +43,14 @@ func newEnvOn(t *testing.T, s *server.Server, cfg dlq.Config) *env {
 	nc := embeddedtest.Connect(t, s.ClientURL())
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	cfg.Logger = logger(t)
+	cfg.Logger = embeddedtest.Logger(t)
 	// The queue needs the JetStream context before the Bus exists: open a bare Bus first.
 	bare, err := jbjs.Open(ctx, nc)
 	require.NoError(t, err)
 	q, err := dlq.Open(ctx, bare.JetStream(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
-	bus, err := jbjs.Open(ctx, nc, jbjs.WithHandlerMiddleware(q.Middleware()), jbjs.WithLogger(logger(t)))
+	bus, err := jbjs.Open(ctx, nc, jbjs.WithHandlerMiddleware(q.Middleware()), jbjs.WithLogger(embeddedtest.Logger(t)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = bus.Close() })
 	return &env{t: t, srv: s, bus: bus, q: q, reg: reg}

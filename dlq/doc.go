@@ -26,6 +26,32 @@
 // advisory, which the safety net (Sweeper) captures into the DLQ_ADVISORIES stream and turns
 // into a dead letter once the DLQ accepts it. Nothing is lost on either path.
 //
+// # The failure path, step by step
+//
+// What happens to an event whose handler fails, with this package's middleware installed
+// (outermost) on the Bus:
+//
+//  1. The Bus delivers the event (Delivery.Attempt = the broker's delivery count) and runs
+//     the handler chain.
+//  2. The handler returns an ordinary error and Attempt < MaxAttempts: the middleware passes
+//     the error on; the Bus naks the message with NakWithDelay(Backoff(Attempt)); the broker
+//     delivers it again after the delay (step 1).
+//  3. The handler returns jetbus.Permanent(err), or fails on its last attempt: the middleware
+//     publishes the dead letter to dlq.<topic> and waits for the DLQ's acknowledgement; then
+//     it returns Permanent(*DeadLetteredError) and the Bus terminates the original
+//     (TermWithReason). The original is never terminated before the DLQ holds its copy.
+//  4. The DLQ publish fails (stream deleted, cluster unavailable): the middleware returns an
+//     ordinary error wrapping ErrDLQUnavailable; the Bus naks the original, which is
+//     delivered again (step 1) while attempts remain. On the last attempt the broker stops
+//     at MaxDeliver and publishes a MAX_DELIVERIES advisory.
+//  5. The safety net: the advisory is captured in the DLQ_ADVISORIES stream (created by
+//     Open before any delivery can run out); RunSweeper reads it, fetches the original by
+//     stream and sequence and stores the dead letter with reason "max-deliveries", retrying
+//     until the DLQ accepts it. The same path catches handlers that crashed, hung past the
+//     ack timeout on every attempt, or ran in a process that died.
+//  6. A body that is not JSON never reaches the handler: the Bus marks the delivery with
+//     DecodeErr and the middleware dead-letters it at once with reason "decode" (step 3).
+//
 // # Replay
 //
 // Replay republishes a dead letter to its original topic through the normal publish path

@@ -3,6 +3,8 @@ package dlq
 import (
 	"errors"
 	"fmt"
+
+	"github.com/jetbus/jetbus"
 )
 
 var (
@@ -13,6 +15,9 @@ var (
 	ErrDLQUnavailable = errors.New("dlq: dead-letter stream unavailable")
 	// ErrInvalidFilter is returned for a filter with a bad topic, group or time range.
 	ErrInvalidFilter = errors.New("dlq: invalid filter")
+	// ErrInvalidConfig is returned by Config.Validate and Open for a Config field out of
+	// range. It wraps jetbus.ErrInvalidConfig.
+	ErrInvalidConfig = fmt.Errorf("dlq: %w", jetbus.ErrInvalidConfig)
 )
 
 // DeadLetteredError is what the middleware returns, wrapped in jetbus.Permanent, once an event

@@ -8,6 +8,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetbus/jetbus/internal/retry"
 	"github.com/jetbus/jetbus/internal/streamscan"
 )
 
@@ -38,7 +39,7 @@ func (q *Queue) Show(ctx context.Context, seq uint64) (*Letter, error) {
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return nil, fmt.Errorf("%w: seq %d", ErrNotFound, seq)
 	} else if err != nil {
-		return nil, fmt.Errorf("dlq: show %d: %w", seq, err)
+		return nil, fmt.Errorf("dlq: show %d: %w", seq, retry.Opaque(err))
 	}
 	return parseLetter(m.Sequence, m.Subject, m.Header, m.Data)
 }
@@ -66,7 +67,7 @@ func (q *Queue) scan(ctx context.Context, f Filter, fn func(*Letter) bool) error
 		return fn(l)
 	})
 	if err != nil {
-		return fmt.Errorf("dlq: %w", err)
+		return fmt.Errorf("dlq: %w", retry.Opaque(err))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // publishTimeout bounds one dead-letter publish.
@@ -91,11 +92,11 @@ func (q *Queue) store(ctx context.Context, o *origin) (uint64, error) {
 	defer cancel()
 	ack, err := q.js.PublishMsg(ctx, o.msg(time.Now()))
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrDLQUnavailable, err)
+		return 0, fmt.Errorf("%w: %w", ErrDLQUnavailable, retry.Opaque(err))
 	}
 	if q.cfg.Parking && o.key != "" {
 		if err := q.park(ctx, o.group, o.stream, o.key); err != nil {
-			return 0, fmt.Errorf("dlq: park key %q: %w", o.key, err)
+			return 0, fmt.Errorf("dlq: park key %q: %w", o.key, retry.Opaque(err))
 		}
 	}
 	if !ack.Duplicate {

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // parkSet mirrors the parked keys of one (group, stream) from the KV bucket.
@@ -63,7 +65,7 @@ func (q *Queue) watch(ps *parkSet, pattern string) {
 	}()
 	w, err := q.parkKV.Watch(ctx, pattern)
 	if err != nil {
-		ps.err = fmt.Errorf("dlq: watch parked keys: %w", err)
+		ps.err = fmt.Errorf("dlq: watch parked keys: %w", retry.Opaque(err))
 		close(ps.ready)
 		q.mu.Lock()
 		for id, s := range q.parked {

@@ -8,8 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // Names on the wire.
@@ -46,13 +49,14 @@ const (
 	ReasonParked        = "parked"
 )
 
-// Config configures a Queue. The zero value is usable: Open fills the defaults.
+// Config configures a Queue. The zero value of every field is a usable default.
 type Config struct {
-	// Replicas of the DLQ, advisory stream and parking bucket (default 1).
+	// Replicas of the DLQ, advisory stream and parking bucket (0: 1; at most 5).
 	Replicas int
-	// MaxAge bounds how long dead letters are kept (default 0: forever).
+	// MaxAge bounds how long dead letters are kept (0: forever).
 	MaxAge time.Duration
-	// DuplicateWindow is how long a moved delivery is remembered (default 24h).
+	// DuplicateWindow is how long a moved delivery is remembered (0: 24h, or MaxAge when
+	// that is shorter).
 	DuplicateWindow time.Duration
 	// Parking turns per-key parking on.
 	Parking bool
@@ -63,16 +67,29 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate checks c and fills defaults.
-func (c *Config) Validate() error {
+// Validate reports whether c is usable. Its errors wrap ErrInvalidConfig and name the field.
+func (c Config) Validate() error {
+	switch {
+	case c.Replicas < 0 || c.Replicas > 5:
+		return fmt.Errorf("%w: Replicas must be between 0 and 5, got %d", ErrInvalidConfig, c.Replicas)
+	case c.MaxAge < 0:
+		return fmt.Errorf("%w: MaxAge must not be negative, got %s", ErrInvalidConfig, c.MaxAge)
+	case c.DuplicateWindow < 0:
+		return fmt.Errorf("%w: DuplicateWindow must not be negative, got %s", ErrInvalidConfig, c.DuplicateWindow)
+	}
+	return nil
+}
+
+// withDefaults returns c validated with its defaults filled in.
+func (c Config) withDefaults() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = 24 * time.Hour
-	}
-	if c.Replicas < 1 || c.Replicas > 5 || c.MaxAge < 0 || c.DuplicateWindow < 0 {
-		return fmt.Errorf("dlq: invalid config: replicas %d, max age %s, duplicate window %s", c.Replicas, c.MaxAge, c.DuplicateWindow)
 	}
 	if c.MaxAge > 0 && c.DuplicateWindow > c.MaxAge {
 		c.DuplicateWindow = c.MaxAge
@@ -80,12 +97,26 @@ func (c *Config) Validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return nil
+	return c, nil
 }
+
+// JetStream is what a Queue needs of a JetStream context: the DLQ and advisory streams, the
+// parking bucket, the sweeper's consumer, scans of the DLQ and dead-letter publishes.
+// natsjs.JetStream has it.
+type JetStream interface {
+	OrderedConsumer(ctx context.Context, stream string, cfg natsjs.OrderedConsumerConfig) (natsjs.Consumer, error)
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...natsjs.PublishOpt) (*natsjs.PubAck, error)
+	Stream(ctx context.Context, name string) (natsjs.Stream, error)
+	CreateOrUpdateStream(ctx context.Context, cfg natsjs.StreamConfig) (natsjs.Stream, error)
+	CreateOrUpdateConsumer(ctx context.Context, stream string, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error)
+	CreateOrUpdateKeyValue(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error)
+}
+
+var _ JetStream = natsjs.JetStream(nil)
 
 // Queue is the dead-letter queue of one JetStream account.
 type Queue struct {
-	js      natsjs.JetStream
+	js      JetStream
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
@@ -100,8 +131,9 @@ type Queue struct {
 
 // Open ensures the DLQ stream (and, with parking, the parking bucket) and returns the Queue.
 // Close it to stop its watchers.
-func Open(ctx context.Context, js natsjs.JetStream, cfg Config) (*Queue, error) {
-	if err := cfg.Validate(); err != nil {
+func Open(ctx context.Context, js JetStream, cfg Config) (*Queue, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
 		return nil, err
 	}
 	m, err := newMetrics(cfg.Registerer)
@@ -120,7 +152,7 @@ func Open(ctx context.Context, js natsjs.JetStream, cfg Config) (*Queue, error) 
 			History:     1,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("dlq: parking bucket: %w", err)
+			return nil, fmt.Errorf("dlq: parking bucket: %w", retry.Opaque(err))
 		}
 		q.parkKV = kv
 	}
@@ -141,7 +173,7 @@ func (q *Queue) Ensure(ctx context.Context) error {
 		AllowDirect: true,
 	})
 	if err != nil {
-		return fmt.Errorf("dlq: stream %s: %w", StreamName, err)
+		return fmt.Errorf("dlq: stream %s: %w", StreamName, retry.Opaque(err))
 	}
 	return q.ensureAdvisories(ctx)
 }
@@ -163,7 +195,7 @@ func (q *Queue) Close() error {
 func (q *Queue) stream(ctx context.Context) (natsjs.Stream, error) {
 	s, err := q.js.Stream(ctx, StreamName)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w: %w", ErrDLQUnavailable, err)
+		return nil, fmt.Errorf("%w: %v", ErrDLQUnavailable, err)
 	}
 	return s, err
 }

@@ -11,6 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // Publisher is the publish path Replay republishes through (a jetbus.Bus).
@@ -162,7 +163,7 @@ func (q *Queue) Discard(ctx context.Context, f Filter, limit int) (int, error) {
 	touched := map[parkRef]bool{}
 	for _, l := range letters {
 		if err := s.DeleteMsg(ctx, l.Seq); err != nil && !errors.Is(err, natsjs.ErrMsgNotFound) {
-			return n, fmt.Errorf("dlq: discard %d: %w", l.Seq, err)
+			return n, fmt.Errorf("dlq: discard %d: %w", l.Seq, retry.Opaque(err))
 		}
 		n++
 		q.metrics.discard(l.Topic)
@@ -187,7 +188,7 @@ func (q *Queue) release(ctx context.Context, touched map[parkRef]bool) error {
 		}
 		if left == 0 {
 			if err := q.unpark(ctx, r.group, r.stream, r.key); err != nil {
-				return fmt.Errorf("dlq: release key %q: %w", r.key, err)
+				return fmt.Errorf("dlq: release key %q: %w", r.key, retry.Opaque(err))
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // SweeperConsumer is the durable consumer the safety net reads advisories with; every
@@ -31,7 +32,7 @@ func (q *Queue) ensureAdvisories(ctx context.Context) error {
 		MaxAge:      q.cfg.MaxAge,
 	})
 	if err != nil {
-		return fmt.Errorf("dlq: stream %s: %w", AdvisoryStreamName, err)
+		return fmt.Errorf("dlq: stream %s: %w", AdvisoryStreamName, retry.Opaque(err))
 	}
 	return nil
 }
@@ -47,11 +48,11 @@ type maxDeliveriesAdvisory struct {
 // RunSweeper moves the messages that JetStream stopped delivering (MAX_DELIVERIES
 // advisories: a handler that crashed, hung or timed out on every attempt, or a last attempt
 // whose DLQ publish failed) into the DLQ with reason "max-deliveries", until ctx is done. An
-// advisory whose DLQ publish fails is retried every retry interval, so such events land once
-// the DLQ is back. Run one or more per account (the bridge does).
-func (q *Queue) RunSweeper(ctx context.Context, retry time.Duration) error {
-	if retry <= 0 {
-		retry = time.Second
+// advisory whose DLQ publish fails is tried again after `every` (default 1s), so such events
+// land once the DLQ is back. Run one or more per account (the bridge does).
+func (q *Queue) RunSweeper(ctx context.Context, every time.Duration) error {
+	if every <= 0 {
+		every = time.Second
 	}
 	cons, err := q.js.CreateOrUpdateConsumer(ctx, AdvisoryStreamName, natsjs.ConsumerConfig{
 		Durable:       SweeperConsumer,
@@ -60,11 +61,11 @@ func (q *Queue) RunSweeper(ctx context.Context, retry time.Duration) error {
 		MaxAckPending: 100,
 	})
 	if err != nil {
-		return fmt.Errorf("dlq: sweeper consumer: %w", err)
+		return fmt.Errorf("dlq: sweeper consumer: %w", retry.Opaque(err))
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("dlq: sweeper: %w", err)
+		return fmt.Errorf("dlq: sweeper: %w", retry.Opaque(err))
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
@@ -78,7 +79,7 @@ func (q *Queue) RunSweeper(ctx context.Context, retry time.Duration) error {
 		}
 		if err := q.sweep(ctx, m.Data()); err != nil {
 			q.log.Warn("sweeper could not move a message yet", "err", err)
-			_ = m.NakWithDelay(retry)
+			_ = m.NakWithDelay(every)
 			continue
 		}
 		_ = m.Ack()

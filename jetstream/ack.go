@@ -7,6 +7,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 type pendingKey struct{ topic, group, id string }
@@ -79,7 +80,7 @@ func (b *Bus) Ack(ctx context.Context, topic, group, id string) error {
 	}
 	p.pc.gm.settle(true)
 	if err := p.msg.DoubleAck(ctx); err != nil {
-		return fmt.Errorf("jetbus: ack %s: %w", id, err)
+		return fmt.Errorf("jetbus: ack %s: %w", id, retry.Opaque(err))
 	}
 	return nil
 }
@@ -98,7 +99,7 @@ func (b *Bus) Nack(ctx context.Context, topic, group, id string) error {
 		err = p.msg.Nak()
 	}
 	if err != nil {
-		return fmt.Errorf("jetbus: nack %s: %w", id, err)
+		return fmt.Errorf("jetbus: nack %s: %w", id, retry.Opaque(err))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // Bus is the jetbus Bus on JetStream. Create it with Open; it is safe for concurrent use.
@@ -33,7 +34,10 @@ type Bus struct {
 	pending map[pendingKey]*pendingDelivery
 }
 
-var _ jetbus.Bus = (*Bus)(nil)
+var (
+	_ jetbus.Bus                 = (*Bus)(nil)
+	_ jetbus.PartitionSubscriber = (*Bus)(nil)
+)
 
 // Open returns a Bus on the JetStream of nc. Options:
 //
@@ -51,16 +55,19 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 	}
 	o := defaultOptions()
 	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
 	}
 	js, err := natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(o.asyncPending))
 	if err != nil {
-		return nil, fmt.Errorf("jetbus: jetstream: %w", err)
+		return nil, fmt.Errorf("jetbus: jetstream: %w", retry.Opaque(err))
 	}
 	if _, err := js.AccountInfo(ctx); err != nil {
-		return nil, fmt.Errorf("jetbus: jetstream not available: %w", err)
+		return nil, fmt.Errorf("jetbus: jetstream not available: %w", retry.Opaque(err))
 	}
 	m, err := newMetrics(o.registerer)
 	if err != nil {

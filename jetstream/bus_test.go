@@ -27,7 +27,7 @@ func streamMsgs(t *testing.T, b *jbjs.Bus, topic string) uint64 {
 
 func TestBadInput(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	b := openBus(t, s.ClientURL())
+	b := embeddedtest.Bus(t, s.ClientURL())
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 2}))
 	h := func(context.Context, *jetbus.Delivery) error { return nil }
@@ -98,7 +98,7 @@ func TestBadInput(t *testing.T) {
 		for name, o := range map[string]jetbus.SubscribeOption{
 			"batch": jetbus.BatchSize(0), "inflight": jetbus.MaxInFlight(-1), "attempts": jetbus.MaxAttempts(0),
 			"ack": jetbus.AckTimeout(0), "backoff": jetbus.Backoff(nil), "afterid": jetbus.AfterID(""),
-			"partition": jetbus.OnlyPartitions(-1), "fanin": jetbus.FanIn("Bad"),
+			"fanin": jetbus.FanIn("Bad"),
 		} {
 			_, err := b.Subscribe(ctx, "orders", "g", h, o)
 			if name == "fanin" {
@@ -109,9 +109,15 @@ func TestBadInput(t *testing.T) {
 		}
 		_, err := b.Subscribe(ctx, "orders", "g", nil)
 		assert.ErrorIs(t, err, jetbus.ErrInvalidOption)
-		assert.ErrorIs(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 1}), jetbus.ErrInvalidOption, "shrink")
-		assert.ErrorIs(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "x", Partitions: -1}), jetbus.ErrInvalidOption)
-		assert.ErrorIs(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "x", Partitions: jbjs.MaxPartitions + 1}), jetbus.ErrInvalidOption)
+		for name, p := range map[string]int{"negative": -1, "beyond the count": 2} {
+			_, err = b.SubscribePartition(ctx, "orders", "g", p, h)
+			assert.ErrorIs(t, err, jetbus.ErrInvalidOption, "partition %s", name)
+		}
+		_, err = b.SubscribePartition(ctx, "orders", "g", 0, h, jetbus.FanIn("payments"))
+		assert.ErrorIs(t, err, jetbus.ErrInvalidOption, "fan-in of one partition")
+		assert.ErrorIs(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 1}), jbjs.ErrInvalidConfig, "shrink")
+		assert.ErrorIs(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "x", Partitions: -1}), jbjs.ErrInvalidConfig)
+		assert.ErrorIs(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "x", Partitions: jbjs.MaxPartitions + 1}), jetbus.ErrInvalidConfig)
 		_, err = b.Publish(ctx, "orders", 1, jetbus.WithID(""))
 		assert.ErrorIs(t, err, jetbus.ErrInvalidOption)
 	})
@@ -119,7 +125,7 @@ func TestBadInput(t *testing.T) {
 	assert.Equal(t, uint64(0), streamMsgs(t, b, "orders"))
 
 	t.Run("closed", func(t *testing.T) {
-		b2 := openBus(t, s.ClientURL())
+		b2 := embeddedtest.Bus(t, s.ClientURL())
 		require.NoError(t, b2.Close())
 		_, err := b2.Publish(ctx, "orders", 1)
 		assert.ErrorIs(t, err, jetbus.ErrClosed)
@@ -130,7 +136,7 @@ func TestBadInput(t *testing.T) {
 
 func TestWireFormat(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	b := openBus(t, s.ClientURL())
+	b := embeddedtest.Bus(t, s.ClientURL())
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders.created", Partitions: 8}))
 
@@ -168,7 +174,7 @@ func TestWireFormat(t *testing.T) {
 
 func TestForeignPublisher(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	b := openBus(t, s.ClientURL())
+	b := embeddedtest.Bus(t, s.ClientURL())
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "plain", Partitions: 2}))
 	nc := embeddedtest.Connect(t, s.ClientURL())
@@ -234,7 +240,7 @@ func TestDecodeFailureIsPermanent(t *testing.T) {
 			return err
 		}
 	}
-	b := openBus(t, s.ClientURL(), jbjs.WithHandlerMiddleware(mw))
+	b := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithHandlerMiddleware(mw))
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "bad"}))
 	require.NoError(t, b.Conn().Publish("bad.p0", []byte("{{")))
@@ -259,7 +265,7 @@ func TestPublishMiddlewareAndAsync(t *testing.T) {
 			return next(ctx, e)
 		}
 	}
-	b := openBus(t, s.ClientURL(), jbjs.WithPublishMiddleware(stamp))
+	b := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithPublishMiddleware(stamp))
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "mw", Partitions: 3}))
 	var futs []*jbjs.PublishFuture
@@ -285,8 +291,8 @@ func TestPublishMiddlewareAndAsync(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	reg := prometheus.NewRegistry()
-	b := openBus(t, s.ClientURL(), jbjs.WithRegisterer(reg))
-	b2 := openBus(t, s.ClientURL(), jbjs.WithRegisterer(reg)) // shares the collectors
+	b := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithRegisterer(reg))
+	b2 := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithRegisterer(reg)) // shares the collectors
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "m"}))
 	fail := true
@@ -350,7 +356,7 @@ func TestMiddlewareTopicIsValidated(t *testing.T) {
 			return next(ctx, &cp)
 		}
 	}
-	b := openBus(t, s.ClientURL(), jbjs.WithPublishMiddleware(redirect))
+	b := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithPublishMiddleware(redirect))
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "src"}))
 	_, err := b.Publish(ctx, "src", 1)
@@ -361,7 +367,7 @@ func TestMiddlewareTopicIsValidated(t *testing.T) {
 func TestSubscriptionEndsWhenConnectionCloses(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	ctx := context.Background()
-	admin := openBus(t, s.ClientURL())
+	admin := embeddedtest.Bus(t, s.ClientURL())
 	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "gone", Partitions: 4}))
 	nc := embeddedtest.Connect(t, s.ClientURL())
 	b, err := jbjs.Open(ctx, nc)

@@ -2,7 +2,6 @@ package jetstream_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -14,31 +13,11 @@ import (
 	jbjs "github.com/jetbus/jetbus/jetstream"
 )
 
-// testLogger routes the Bus's logs to the test log.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
-func openBus(t testing.TB, url string, opts ...jbjs.Option) *jbjs.Bus {
-	t.Helper()
-	nc := embeddedtest.Connect(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, err := jbjs.Open(ctx, nc, append([]jbjs.Option{jbjs.WithLogger(testLogger(t))}, opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	return b
-}
-
 func TestConformanceSingleNode(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	admin := openBus(t, s.ClientURL())
+	admin := embeddedtest.Bus(t, s.ClientURL())
 	bustest.Run(t, bustest.Harness{
-		NewBus: func(t *testing.T) jetbus.Bus { return openBus(t, s.ClientURL()) },
+		NewBus: func(t *testing.T) jetbus.Bus { return embeddedtest.Bus(t, s.ClientURL()) },
 		CreateTopic: func(t *testing.T, topic string, partitions int) {
 			require.NoError(t, admin.EnsureTopic(context.Background(), jbjs.TopicConfig{Name: topic, Partitions: partitions}))
 		},
@@ -50,11 +29,11 @@ func TestConformanceCluster(t *testing.T) {
 		t.Skip("cluster conformance runs without -short")
 	}
 	c := embeddedtest.Cluster(t, 3)
-	admin := openBus(t, c.URLs())
+	admin := embeddedtest.Bus(t, c.URLs())
 	var lastTopic string
 	stopped := -1
 	bustest.Run(t, bustest.Harness{
-		NewBus: func(t *testing.T) jetbus.Bus { return openBus(t, c.URLs()) },
+		NewBus: func(t *testing.T) jetbus.Bus { return embeddedtest.Bus(t, c.URLs()) },
 		CreateTopic: func(t *testing.T, topic string, partitions int) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

@@ -10,6 +10,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 	"github.com/jetbus/jetbus/internal/streamscan"
 )
 
@@ -49,16 +50,16 @@ func (b *Bus) ensureConsumer(ctx context.Context, topic, group string, p int, o 
 		}
 		err = b.createConsumerAt(ctx, stream, want, seq)
 		if err != nil && !errors.Is(err, natsjs.ErrConsumerExists) {
-			return nil, err
+			return nil, retry.Opaque(err)
 		}
 		// Created here, or concurrently by another member (then its position holds).
 		c, err = b.js.Consumer(ctx, stream, want.Durable)
 		if err != nil {
-			return nil, fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, err)
+			return nil, fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, retry.Opaque(err))
 		}
 		return c, nil
 	case err != nil:
-		return nil, fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, err)
+		return nil, fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, retry.Opaque(err))
 	}
 	have := c.CachedInfo().Config
 	if have.AckWait == want.AckWait && have.MaxDeliver == want.MaxDeliver &&
@@ -71,7 +72,7 @@ func (b *Bus) ensureConsumer(ctx context.Context, topic, group string, p int, o 
 	upd.PriorityPolicy, upd.PriorityGroups, upd.PinnedTTL = want.PriorityPolicy, want.PriorityGroups, want.PinnedTTL
 	c, err = b.js.UpdateConsumer(ctx, stream, upd)
 	if err != nil {
-		return nil, fmt.Errorf("jetbus: update consumer %s of %s: %w", want.Durable, topic, err)
+		return nil, fmt.Errorf("jetbus: update consumer %s of %s: %w", want.Durable, topic, retry.Opaque(err))
 	}
 	return c, nil
 }
@@ -91,7 +92,7 @@ func (b *Bus) createConsumerAt(ctx context.Context, stream string, cfg natsjs.Co
 	if err := b.resetConsumer(ctx, stream, cfg.Durable, seq); err != nil {
 		return err
 	}
-	err := withRetry(ctx, func(ctx context.Context) error {
+	err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
 		_, err := b.js.ResumeConsumer(ctx, stream, cfg.Durable)
 		return err
 	})
@@ -104,7 +105,7 @@ func (b *Bus) createConsumerAt(ctx context.Context, stream string, cfg natsjs.Co
 // resetConsumer makes stream sequence seq the consumer's next delivery; seq 0 means its ack
 // floor + 1, which returns every unacknowledged delivery to the consumer, in order.
 func (b *Bus) resetConsumer(ctx context.Context, stream, name string, seq uint64) error {
-	err := withRetry(ctx, func(ctx context.Context) error {
+	err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
 		var err error
 		if seq == 0 {
 			_, err = b.js.ResetConsumer(ctx, stream, name)
@@ -139,7 +140,7 @@ func (b *Bus) resolve(ctx context.Context, topic string, pos jetbus.Position) (u
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
 		return 0, fmt.Errorf("%w: %s", jetbus.ErrTopicNotFound, topic)
 	} else if err != nil {
-		return 0, fmt.Errorf("jetbus: topic %s: %w", topic, err)
+		return 0, fmt.Errorf("jetbus: topic %s: %w", topic, retry.Opaque(err))
 	}
 	last := s.CachedInfo().State.LastSeq
 	switch pos.Kind {
@@ -190,7 +191,7 @@ func (b *Bus) firstSeqFrom(ctx context.Context, stream string, from time.Time, m
 		return true
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("jetbus: %w", err)
+		return 0, false, fmt.Errorf("jetbus: %w", retry.Opaque(err))
 	}
 	return seq, seq != 0, nil
 }

@@ -10,6 +10,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // Cursor implements jetbus.Bus: the position of every partition consumer of the group.
@@ -25,7 +26,7 @@ func (b *Bus) Cursor(ctx context.Context, topic, group string) (*jetbus.Cursor, 
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
 			continue
 		} else if err != nil {
-			return nil, fmt.Errorf("jetbus: cursor of %s/%s: %w", topic, group, err)
+			return nil, fmt.Errorf("jetbus: cursor of %s/%s: %w", topic, group, retry.Opaque(err))
 		}
 		info := cons.CachedInfo()
 		c.Partitions = append(c.Partitions, jetbus.PartitionCursor{
@@ -73,7 +74,7 @@ func (b *Bus) SetCursor(ctx context.Context, topic, group string, to jetbus.Posi
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("jetbus: set cursor of %s/%s partition %d: %w", topic, group, p, err)
+			return fmt.Errorf("jetbus: set cursor of %s/%s partition %d: %w", topic, group, p, retry.Opaque(err))
 		}
 	}
 	return nil

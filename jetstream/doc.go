@@ -6,8 +6,8 @@
 // carry the event fields (Nats-Msg-Id, x-key, x-ts, x-sid, x-caused-by, x-tags); one durable
 // pull consumer per (group, partition) named "<group>_p<n>". It does not own how partitions
 // are spread over group members (package partition), schemas (package schema) or dead letters
-// (package dlq): those plug in through jetbus.OnlyPartitions, publish middlewares and handler
-// middlewares.
+// (package dlq): those plug in through the jetbus.PartitionSubscriber capability, publish
+// middlewares and handler middlewares.
 //
 // # Choices
 //

@@ -21,7 +21,7 @@ import (
 // stuck key keeps its order across the retry.
 func TestKeyConcurrencyKeepsPerKeyOrderAcrossRetries(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	b := openBus(t, s.ClientURL())
+	b := embeddedtest.Bus(t, s.ClientURL())
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "kc"})) // one partition
 	type ev struct {

@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -26,7 +25,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		logger:        slog.New(slog.DiscardHandler),
 		topicCacheTTL: 10 * time.Second,
 		pinnedTTL:     10 * time.Second,
 		asyncPending:  4000,

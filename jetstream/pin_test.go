@@ -33,8 +33,8 @@ func (r *seqRecorder) len() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r
 // until the first stops, then continues where it left off without waiting for the pin TTL.
 func TestOneClientPerPartition(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	a := openBus(t, s.ClientURL(), jbjs.WithPinnedTTL(time.Minute))
-	b := openBus(t, s.ClientURL(), jbjs.WithPinnedTTL(time.Minute))
+	a := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithPinnedTTL(time.Minute))
+	b := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithPinnedTTL(time.Minute))
 	ctx := context.Background()
 	require.NoError(t, a.EnsureTopic(ctx, jbjs.TopicConfig{Name: "pin"}))
 	ra, rb := &seqRecorder{}, &seqRecorder{}
@@ -64,13 +64,13 @@ func TestOneClientPerPartition(t *testing.T) {
 	assert.Equal(t, uint64(41), rb.seqs[0])
 }
 
-// TakeOver takes a partition from a client that died without stopping, and gets the events the
+// SubscribePartition takes a partition from a client that died without stopping, and gets the events the
 // dead client had fetched but not acknowledged first, in order, without waiting for the ack
 // timeout.
 func TestTakeOverFromCrashedClient(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	ctx := context.Background()
-	admin := openBus(t, s.ClientURL())
+	admin := embeddedtest.Bus(t, s.ClientURL())
 	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "crash"}))
 	for i := range 30 {
 		_, err := admin.Publish(ctx, "crash", i, jetbus.WithKey("k"))
@@ -94,8 +94,8 @@ func TestTakeOverFromCrashedClient(t *testing.T) {
 	deadNC.Close() // the process dies: no stop, no unpin, no acks
 
 	r := &seqRecorder{}
-	next := openBus(t, s.ClientURL(), jbjs.WithPinnedTTL(time.Minute))
-	sub, err := next.Subscribe(ctx, "crash", "g", r.handler, jetbus.TakeOver(), jetbus.AckTimeout(time.Minute))
+	next := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithPinnedTTL(time.Minute))
+	sub, err := next.SubscribePartition(ctx, "crash", "g", 0, r.handler, jetbus.AckTimeout(time.Minute))
 	require.NoError(t, err)
 	defer sub.Stop()
 	require.Eventually(t, func() bool { return r.len() == 25 }, 10*time.Second, 10*time.Millisecond,

@@ -11,6 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // Publish implements jetbus.Bus. It returns when the server has stored the event (or found
@@ -123,12 +124,12 @@ func (b *Bus) writeSync(ctx context.Context, e *jetbus.Event) error {
 func (b *Bus) publishError(topic string, err error) error {
 	if errors.Is(err, natsjs.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		b.topics.forget(topic)
-		return fmt.Errorf("%w: %s: %w", jetbus.ErrTopicNotFound, topic, err)
+		return fmt.Errorf("%w: %s: %v", jetbus.ErrTopicNotFound, topic, err)
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
-		return fmt.Errorf("%w: %w", jetbus.ErrMessageTooLarge, err)
+		return fmt.Errorf("%w: %v", jetbus.ErrMessageTooLarge, err)
 	}
-	return fmt.Errorf("jetbus: publish to %s: %w", topic, err)
+	return fmt.Errorf("jetbus: publish to %s: %w", topic, retry.Opaque(err))
 }
 
 // PublishFuture is the pending result of PublishAsync.

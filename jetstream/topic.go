@@ -11,6 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // TopicConfig describes a topic's stream.
@@ -35,9 +36,31 @@ type TopicConfig struct {
 // MaxPartitions bounds a topic's partition count.
 const MaxPartitions = 4096
 
-func (c *TopicConfig) validate() error {
+// Validate reports whether c is usable. A bad name wraps jetbus.ErrInvalidTopic; the other
+// errors wrap ErrInvalidConfig and name the field. Zero values are defaults.
+func (c TopicConfig) Validate() error {
 	if err := jetbus.ValidateTopic(c.Name); err != nil {
 		return err
+	}
+	switch {
+	case c.Partitions < 0 || c.Partitions > MaxPartitions:
+		return fmt.Errorf("%w: Partitions must be in [1, %d], got %d", ErrInvalidConfig, MaxPartitions, c.Partitions)
+	case c.Replicas < 0 || c.Replicas > 5:
+		return fmt.Errorf("%w: Replicas must be in [1, 5], got %d", ErrInvalidConfig, c.Replicas)
+	case c.MaxAge < 0:
+		return fmt.Errorf("%w: MaxAge must not be negative, got %s", ErrInvalidConfig, c.MaxAge)
+	case c.MaxBytes < 0:
+		return fmt.Errorf("%w: MaxBytes must not be negative, got %d", ErrInvalidConfig, c.MaxBytes)
+	case c.DuplicateWindow < 0:
+		return fmt.Errorf("%w: DuplicateWindow must not be negative, got %s", ErrInvalidConfig, c.DuplicateWindow)
+	}
+	return nil
+}
+
+// withDefaults returns c validated with its defaults filled in.
+func (c TopicConfig) withDefaults() (TopicConfig, error) {
+	if err := c.Validate(); err != nil {
+		return c, err
 	}
 	if c.Partitions == 0 {
 		c.Partitions = 1
@@ -48,15 +71,7 @@ func (c *TopicConfig) validate() error {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = 2 * time.Minute
 	}
-	switch {
-	case c.Partitions < 1 || c.Partitions > MaxPartitions:
-		return fmt.Errorf("%w: partitions must be in [1, %d], got %d", jetbus.ErrInvalidOption, MaxPartitions, c.Partitions)
-	case c.Replicas < 1 || c.Replicas > 5:
-		return fmt.Errorf("%w: replicas must be in [1, 5], got %d", jetbus.ErrInvalidOption, c.Replicas)
-	case c.MaxAge < 0 || c.MaxBytes < 0 || c.DuplicateWindow < 0:
-		return fmt.Errorf("%w: negative limit", jetbus.ErrInvalidOption)
-	}
-	return nil
+	return c, nil
 }
 
 func (c TopicConfig) streamConfig() natsjs.StreamConfig {
@@ -90,9 +105,10 @@ func (c TopicConfig) streamConfig() natsjs.StreamConfig {
 }
 
 // EnsureTopic creates the topic's stream, or updates it to cfg. It refuses to shrink the
-// partition count (jetbus.ErrInvalidOption).
+// partition count (ErrInvalidConfig).
 func (b *Bus) EnsureTopic(ctx context.Context, cfg TopicConfig) error {
-	if err := cfg.validate(); err != nil {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
 		return err
 	}
 	sc := cfg.streamConfig()
@@ -100,23 +116,23 @@ func (b *Bus) EnsureTopic(ctx context.Context, cfg TopicConfig) error {
 	switch {
 	case errors.Is(err, natsjs.ErrStreamNotFound):
 		if _, err := b.js.CreateStream(ctx, sc); err != nil && !errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("jetbus: create topic %s: %w", cfg.Name, err)
+			return fmt.Errorf("jetbus: create topic %s: %w", cfg.Name, retry.Opaque(err))
 		} else if err != nil {
 			return b.EnsureTopic(ctx, cfg) // created concurrently: update instead
 		}
 	case err != nil:
-		return fmt.Errorf("jetbus: topic %s: %w", cfg.Name, err)
+		return fmt.Errorf("jetbus: topic %s: %w", cfg.Name, retry.Opaque(err))
 	default:
 		old, err := partitionsOf(s.CachedInfo().Config)
 		if err != nil {
 			return err
 		}
 		if cfg.Partitions < old {
-			return fmt.Errorf("%w: topic %s has %d partitions; partitions cannot shrink to %d",
-				jetbus.ErrInvalidOption, cfg.Name, old, cfg.Partitions)
+			return fmt.Errorf("%w: topic %s has %d partitions; Partitions cannot shrink to %d",
+				ErrInvalidConfig, cfg.Name, old, cfg.Partitions)
 		}
 		if _, err := b.js.UpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("jetbus: update topic %s: %w", cfg.Name, err)
+			return fmt.Errorf("jetbus: update topic %s: %w", cfg.Name, retry.Opaque(err))
 		}
 	}
 	b.topics.put(cfg.Name, cfg.Partitions)
@@ -133,7 +149,7 @@ func (b *Bus) DeleteTopic(ctx context.Context, topic string) error {
 		if errors.Is(err, natsjs.ErrStreamNotFound) {
 			return fmt.Errorf("%w: %s", jetbus.ErrTopicNotFound, topic)
 		}
-		return fmt.Errorf("jetbus: delete topic %s: %w", topic, err)
+		return fmt.Errorf("jetbus: delete topic %s: %w", topic, retry.Opaque(err))
 	}
 	return nil
 }
@@ -205,13 +221,20 @@ func (c *topicCache) get(ctx context.Context, topic string) (*topicEntry, error)
 			return nil, err
 		}
 	}
-	s, err := c.js.Stream(ctx, jetbus.StreamName(topic))
+	// Asked again while a cluster elects the stream's leader (a member starting then must not
+	// fail for a topic that exists).
+	var s natsjs.Stream
+	err := retry.Do(ctx, lookupPolicy, func(ctx context.Context) error {
+		var err error
+		s, err = c.js.Stream(ctx, jetbus.StreamName(topic))
+		return err
+	})
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
 		c.forget(topic)
 		return nil, fmt.Errorf("%w: %s", jetbus.ErrTopicNotFound, topic)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jetbus: topic %s: %w", topic, err)
+		return nil, fmt.Errorf("jetbus: topic %s: %w", topic, retry.Opaque(err))
 	}
 	n, err := partitionsOf(s.CachedInfo().Config)
 	if err != nil {

@@ -26,8 +26,9 @@ type benchMember struct {
 
 func startBenchMember(b *testing.B, url, topic, group, id string, ttl time.Duration, h jetbus.Handler, opts ...jetbus.SubscribeOption) *benchMember {
 	b.Helper()
-	bus, nc := openBus(b, url)
-	sub, err := partition.Subscribe(b.Context(), bus, bus.JetStream(), partition.Config{Topic: topic, Group: group, MemberID: id, TTL: ttl, Logger: testLogger(b)}, h, opts...)
+	bus := embeddedtest.Bus(b, url)
+	nc := bus.Conn()
+	sub, err := partition.Subscribe(b.Context(), bus, bus.JetStream(), partition.Config{Topic: topic, Group: group, MemberID: id, TTL: ttl, Logger: embeddedtest.Logger(b)}, h, opts...)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = sub.Stop() })
 	return &benchMember{sub: sub, kill: nc.Close}
@@ -58,7 +59,7 @@ func noop(context.Context, *jetbus.Delivery) error { return nil }
 // leave, and a killed member (connection closed: no leave, no release).
 func BenchmarkRebalance(b *testing.B) {
 	s := embeddedtest.NATS(b)
-	admin, _ := openBus(b, s.ClientURL())
+	admin := embeddedtest.Bus(b, s.ClientURL())
 	ctx := b.Context()
 	require.NoError(b, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 16}))
 	js := admin.JetStream()
@@ -99,7 +100,7 @@ func BenchmarkRebalance(b *testing.B) {
 func BenchmarkConsume(b *testing.B) {
 	const events = 50_000
 	s := embeddedtest.NATS(b)
-	admin, _ := openBus(b, s.ClientURL())
+	admin := embeddedtest.Bus(b, s.ClientURL())
 	ctx := b.Context()
 	require.NoError(b, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 16}))
 	futs := make([]*jbjs.PublishFuture, 0, events)
@@ -136,7 +137,7 @@ func BenchmarkConsume(b *testing.B) {
 // partitioned subscriber costs on top of the Bus.
 func consumeBus(b *testing.B, url, group string, events int) time.Duration {
 	b.Helper()
-	bus, _ := openBus(b, url)
+	bus := embeddedtest.Bus(b, url)
 	var n atomic.Int64
 	done := make(chan struct{})
 	var once sync.Once

@@ -4,8 +4,8 @@
 //
 // It does not own the key hash (the wire contract's jetbus.PartitionOf), streams, consumers,
 // fetching, acknowledgement or retries: those are the Bus's (package jetstream), reached
-// through the small Consumer interface. Per-key
-// parallelism inside a partition is the Bus's as well.
+// through its jetbus.PartitionSubscriber capability. Per-key parallelism inside a partition
+// is the Bus's as well.
 //
 // # Keys and partitions
 //
@@ -53,9 +53,8 @@
 // until the holder releases it or it expires. On a handoff the old owner stops fetching,
 // finishes the running handler and returns the fetched but unstarted events to the server
 // (Subscription.Stop; Drain handles them instead), then releases the lease. The new owner
-// subscribes to p with jetbus.OnlyPartitions(p) and jetbus.TakeOver(); the Bus pins each
-// partition's consumer to one client (priority group "jetbus", policy pinned_client), a
-// second fence. An owner that cannot renew its lease stops the partition at once.
+// subscribes to p with the Bus's SubscribePartition; the Bus pins each partition's consumer
+// to one client (priority group "jetbus", policy pinned_client), a second fence. An owner that cannot renew its lease stops the partition at once.
 //
 // # Operations
 //

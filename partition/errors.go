@@ -1,18 +1,28 @@
 package partition
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jetbus/jetbus"
+)
 
 // Sentinel errors of package partition. Calls wrap them with detail; compare with errors.Is.
 // Bad topic and group names are reported with jetbus.ErrInvalidTopic and jetbus.ErrInvalidGroup,
-// bad subscribe options with jetbus.ErrInvalidOption.
+// bad subscribe options with jetbus.ErrInvalidOption, a group no member ever joined with
+// jetbus.ErrGroupNotFound.
 var (
 	// ErrInvalidConfig is returned by Config.Validate, Subscribe, Join and AcquireLease for a
 	// setting out of range: a non-positive or too short TTL, negative replicas, a member ID
 	// that is not a valid KV key token, a negative partition.
-	ErrInvalidConfig = errors.New("partition: invalid configuration")
+	// It wraps jetbus.ErrInvalidConfig.
+	ErrInvalidConfig = fmt.Errorf("partition: %w", jetbus.ErrInvalidConfig)
 	// ErrTTLMismatch is returned by Subscribe and Join when the group's bucket already exists
 	// with another TTL: every member of a group must use the same TTL.
 	ErrTTLMismatch = errors.New("partition: group bucket exists with another TTL")
+	// ErrAssignmentConflict is returned by Group.Advance when another member stored an
+	// assignment since the one passed in was read.
+	ErrAssignmentConflict = errors.New("partition: assignment changed meanwhile")
 	// ErrLeaseHeld is returned by Lease.Acquire (TryAcquire) when another member holds the
 	// lease.
 	ErrLeaseHeld = errors.New("partition: lease held by another member")
@@ -23,7 +33,4 @@ var (
 	// ErrNoPartitions is returned by Subscribe when the topic reports fewer than one
 	// partition.
 	ErrNoPartitions = errors.New("partition: topic has no partitions")
-	// ErrGroupNotFound is returned by Status when the group has no bucket: no member ever
-	// joined it.
-	ErrGroupNotFound = errors.New("partition: group not found")
 )

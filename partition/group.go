@@ -12,6 +12,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // Bucket names and key layout (see the package doc).
@@ -39,7 +40,6 @@ func AssignmentKey(topic, group string) string { return group + "." + topic }
 // Group is a handle on the KV state of one (topic, group): membership, leases and the stored
 // assignment. It is safe for concurrent use.
 type Group struct {
-	js      natsjs.JetStream
 	cfg     Config
 	kv      natsjs.KeyValue // members and leases; MaxAge = TTL
 	assign  natsjs.KeyValue // assignments; no expiry
@@ -51,7 +51,7 @@ type Group struct {
 // group bucket is created with MaxAge = cfg.TTL and limit markers, so every watcher sees a
 // silent member or an unrenewed lease expire; it fails with ErrTTLMismatch when the bucket
 // exists with another TTL. Options: see Config.
-func OpenGroup(ctx context.Context, js natsjs.JetStream, cfg Config) (*Group, error) {
+func OpenGroup(ctx context.Context, js JetStream, cfg Config) (*Group, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -81,12 +81,12 @@ func OpenGroup(ctx context.Context, js natsjs.JetStream, cfg Config) (*Group, er
 		if err == nil {
 			var st natsjs.KeyValueStatus
 			if st, err = kv.Status(ctx); err == nil && st.TTL() != cfg.TTL {
-				err = fmt.Errorf("%w: bucket %s has TTL %s, this member %s", ErrTTLMismatch, GroupBucket(cfg.Group), st.TTL(), cfg.TTL)
+				return nil, fmt.Errorf("%w: bucket %s has TTL %s, this member %s", ErrTTLMismatch, GroupBucket(cfg.Group), st.TTL(), cfg.TTL)
 			}
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("partition: group bucket %s: %w", GroupBucket(cfg.Group), err)
+		return nil, fmt.Errorf("partition: group bucket %s: %w", GroupBucket(cfg.Group), retry.Opaque(err))
 	}
 	akv, err := js.KeyValue(ctx, AssignmentsBucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
@@ -101,13 +101,13 @@ func OpenGroup(ctx context.Context, js natsjs.JetStream, cfg Config) (*Group, er
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("partition: bucket %s: %w", AssignmentsBucket, err)
+		return nil, fmt.Errorf("partition: bucket %s: %w", AssignmentsBucket, retry.Opaque(err))
 	}
 	stream, err := js.Stream(ctx, "KV_"+GroupBucket(cfg.Group))
 	if err != nil {
-		return nil, fmt.Errorf("partition: group bucket stream: %w", err)
+		return nil, fmt.Errorf("partition: group bucket stream: %w", retry.Opaque(err))
 	}
-	return &Group{js: js, cfg: cfg, kv: kv, assign: akv, stream: stream, timeout: cfg.Timeouts()}, nil
+	return &Group{cfg: cfg, kv: kv, assign: akv, stream: stream, timeout: cfg.Timeouts()}, nil
 }
 
 // Config returns the group's configuration with defaults filled in (MemberID, TTL, …).
@@ -139,7 +139,7 @@ func (g *Group) Assignment(ctx context.Context) (*StoredAssignment, error) {
 		return &StoredAssignment{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("partition: read assignment: %w", err)
+		return nil, fmt.Errorf("partition: read assignment: %w", retry.Opaque(err))
 	}
 	return decodeAssignment(e)
 }
@@ -150,15 +150,14 @@ func decodeAssignment(e natsjs.KeyValueEntry) (*StoredAssignment, error) {
 		return a, nil
 	}
 	if err := json.Unmarshal(e.Value(), a); err != nil {
-		return nil, fmt.Errorf("partition: decode assignment %s: %w", e.Key(), err)
+		return nil, fmt.Errorf("partition: decode assignment %s: %v", e.Key(), err)
 	}
 	return a, nil
 }
 
 // Advance stores Rebalance(prev.Owners, members, n) unless prev already matches, with a
-// compare-and-set on prev.Revision. It returns the stored assignment, or
-// natsjs.ErrKeyRevisionMismatch (or natsjs.ErrKeyExists) when another member stored one first:
-// read it again and retry.
+// compare-and-set on prev.Revision. It returns the stored assignment, or an error wrapping
+// ErrAssignmentConflict when another member stored one first: read it again and retry.
 //
 // asOf is the group bucket revision up to which the caller has seen the member list; it is
 // stored with the assignment.
@@ -180,8 +179,11 @@ func (g *Group) Advance(ctx context.Context, prev *StoredAssignment, members []s
 	} else {
 		next.Revision, err = g.assign.Update(ctx, key, b, prev.Revision)
 	}
+	if errors.Is(err, natsjs.ErrKeyRevisionMismatch) || errors.Is(err, natsjs.ErrKeyExists) {
+		return nil, fmt.Errorf("%w: %s", ErrAssignmentConflict, key)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("partition: store assignment %s: %w", key, retry.Opaque(err))
 	}
 	return next, nil
 }

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // LeaseState is the state of a partition's lease key.
@@ -76,7 +79,7 @@ func (g *Group) ReadLease(ctx context.Context, p int) (LeaseInfo, error) {
 		return info, nil
 	}
 	if err != nil {
-		return info, fmt.Errorf("partition: read lease %d: %w", p, err)
+		return info, fmt.Errorf("partition: read lease %d: %w", p, retry.Opaque(err))
 	}
 	info.Revision = msg.Sequence
 	switch {
@@ -87,7 +90,7 @@ func (g *Group) ReadLease(ctx context.Context, p int) (LeaseInfo, error) {
 	default:
 		info.State = LeaseHeld
 		if err := json.Unmarshal(msg.Data, &info); err != nil {
-			return info, fmt.Errorf("partition: decode lease %d: %w", p, err)
+			return info, fmt.Errorf("partition: decode lease %d: %v", p, err)
 		}
 		info.Partition = p
 	}
@@ -121,7 +124,7 @@ func (g *Group) TryAcquire(ctx context.Context, p int) (*Lease, error) {
 		return nil, fmt.Errorf("%w: partition %d taken meanwhile", ErrLeaseHeld, p)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("partition: acquire lease %d: %w", p, err)
+		return nil, fmt.Errorf("partition: acquire lease %d: %w", p, retry.Opaque(err))
 	}
 	l.rev, l.sentAt, l.info.Revision = rev, sent, rev
 	return l, nil
@@ -132,7 +135,7 @@ func (g *Group) TryAcquire(ctx context.Context, p int) (*Lease, error) {
 func (g *Group) WaitFree(ctx context.Context, p int) (LeaseState, error) {
 	w, err := g.kv.Watch(ctx, LeaseKey(g.cfg.Topic, p))
 	if err != nil {
-		return 0, fmt.Errorf("partition: watch lease %d: %w", p, err)
+		return 0, fmt.Errorf("partition: watch lease %d: %w", p, retry.Opaque(err))
 	}
 	defer func() { _ = w.Stop() }()
 	state := LeaseFree
@@ -142,7 +145,7 @@ func (g *Group) WaitFree(ctx context.Context, p int) (LeaseState, error) {
 			return 0, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return 0, fmt.Errorf("partition: watch lease %d: %w", p, natsjs.ErrConsumerDeleted)
+				return 0, fmt.Errorf("partition: watch lease %d: %w: the watch ended", p, jetbus.ErrUnavailable)
 			}
 			if e == nil {
 				if state != LeaseHeld {
@@ -215,10 +218,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	if errors.Is(err, natsjs.ErrKeyRevisionMismatch) || errors.Is(err, natsjs.ErrKeyNotFound) {
 		l.lost = true
-		return fmt.Errorf("%w: partition %d: %w", ErrLeaseLost, l.p, err)
+		return fmt.Errorf("%w: partition %d: %v", ErrLeaseLost, l.p, err)
 	}
 	if err != nil {
-		return fmt.Errorf("partition: renew lease %d: %w", l.p, err)
+		return fmt.Errorf("partition: renew lease %d: %w", l.p, retry.Opaque(err))
 	}
 	l.rev, l.sentAt, l.info = rev, sent, info
 	return nil
@@ -239,7 +242,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("partition: release lease %d: %w", l.p, err)
+		return fmt.Errorf("partition: release lease %d: %w", l.p, retry.Opaque(err))
 	}
 	l.lost = true
 	return nil

@@ -131,7 +131,7 @@ func TestAdvanceCompareAndSet(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "a", "a", "a"}, first.Owners)
 	_, err = b.Advance(ctx, prev, []string{"a", "b"}, 4, 11)
-	require.Error(t, err, "a stale compare-and-set must fail")
+	require.ErrorIs(t, err, partition.ErrAssignmentConflict, "a stale compare-and-set must fail")
 
 	cur, err := b.Assignment(ctx)
 	require.NoError(t, err)

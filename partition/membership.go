@@ -11,6 +11,9 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // MemberInfo is what a member publishes about itself in its member key.
@@ -53,7 +56,7 @@ func (g *Group) Join(ctx context.Context) (*Membership, error) {
 	}
 	key := MemberKey(g.cfg.Topic, info.ID)
 	if _, err := g.kv.Put(ctx, key, b); err != nil {
-		return nil, fmt.Errorf("partition: join %s: %w", key, err)
+		return nil, fmt.Errorf("partition: join %s: %w", key, retry.Opaque(err))
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	m := &Membership{g: g, info: info, cancel: cancel, done: make(chan struct{})}
@@ -100,7 +103,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 	<-m.done
 	err := m.g.kv.Delete(ctx, MemberKey(m.g.cfg.Topic, m.info.ID))
 	if err != nil {
-		return fmt.Errorf("partition: leave: %w", err)
+		return fmt.Errorf("partition: leave: %w", retry.Opaque(err))
 	}
 	return nil
 }
@@ -157,14 +160,14 @@ type MemberWatcher struct {
 // WatchMembers watches the members of (topic, group): first a MemberUp for every current
 // member, then a MembersSynced event (and Ready is closed), then every change, including expiry of a silent member
 // (MemberExpired). The channel is closed when the watcher stops (Stop, ctx done, or the
-// connection closed). The group must exist (ErrGroupNotFound).
-func WatchMembers(ctx context.Context, js natsjs.JetStream, topic, group string) (*MemberWatcher, error) {
+// connection closed). The group must exist (jetbus.ErrGroupNotFound).
+func WatchMembers(ctx context.Context, js KV, topic, group string) (*MemberWatcher, error) {
 	if err := validTopicGroup(topic, group); err != nil {
 		return nil, err
 	}
 	kv, err := js.KeyValue(ctx, GroupBucket(group))
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrGroupNotFound, group)
+		return nil, fmt.Errorf("%w: %s", jetbus.ErrGroupNotFound, group)
 	}
 	if err != nil {
 		return nil, err
@@ -179,7 +182,7 @@ func (g *Group) watchMembers(ctx context.Context) (*MemberWatcher, error) {
 func watchMembers(ctx context.Context, kv natsjs.KeyValue, topic string) (*MemberWatcher, error) {
 	w, err := kv.Watch(ctx, MemberKey(topic, "*"))
 	if err != nil {
-		return nil, fmt.Errorf("partition: watch members: %w", err)
+		return nil, fmt.Errorf("partition: watch members: %w", retry.Opaque(err))
 	}
 	mw := &MemberWatcher{w: w, events: make(chan MemberEvent, 64), ready: make(chan struct{}), done: make(chan struct{})}
 	go mw.run(ctx, topic)

@@ -117,7 +117,7 @@ func TestOpenGroupErrors(t *testing.T) {
 	assert.ErrorIs(t, err, jetbus.ErrInvalidTopic)
 
 	_, err = partition.WatchMembers(ctx, js, "orders", "nobody")
-	assert.ErrorIs(t, err, partition.ErrGroupNotFound)
+	assert.ErrorIs(t, err, jetbus.ErrGroupNotFound)
 	_, err = partition.WatchMembers(ctx, js, "orders", "bad group")
 	assert.ErrorIs(t, err, jetbus.ErrInvalidGroup)
 }
@@ -150,6 +150,9 @@ func TestConfigValidate(t *testing.T) {
 				return
 			}
 			assert.True(t, errors.Is(err, tc.want), "got %v, want %v", err, tc.want)
+			if tc.want == partition.ErrInvalidConfig {
+				assert.ErrorIs(t, err, jetbus.ErrInvalidConfig, "the package's sentinel is the root's")
+			}
 		})
 	}
 }

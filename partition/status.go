@@ -13,6 +13,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // GroupStatus is a snapshot of a (topic, group): its members, the stored assignment and the
@@ -52,31 +53,31 @@ func (s *GroupStatus) Balanced() bool {
 }
 
 // Status reads the state of (topic, group) from KV and the topic's stream. It returns
-// ErrGroupNotFound when no member ever joined the group, and jetbus.ErrInvalidTopic or
+// jetbus.ErrGroupNotFound when no member ever joined the group, and jetbus.ErrInvalidTopic or
 // jetbus.ErrInvalidGroup for bad names.
-func Status(ctx context.Context, js natsjs.JetStream, topic, group string) (*GroupStatus, error) {
+func Status(ctx context.Context, js KV, topic, group string) (*GroupStatus, error) {
 	if err := validTopicGroup(topic, group); err != nil {
 		return nil, err
 	}
 	kv, err := js.KeyValue(ctx, GroupBucket(group))
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrGroupNotFound, group)
+		return nil, fmt.Errorf("%w: %s", jetbus.ErrGroupNotFound, group)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("partition: status: %w", err)
+		return nil, fmt.Errorf("partition: status: %w", retry.Opaque(err))
 	}
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("partition: status: %w", err)
+		return nil, fmt.Errorf("partition: status: %w", retry.Opaque(err))
 	}
 	out := &GroupStatus{Topic: topic, Group: group, TTL: st.TTL(), Members: []MemberInfo{}, Leases: []LeaseInfo{}}
-	g := &Group{js: js, kv: kv, cfg: Config{Topic: topic, Group: group, TTL: st.TTL()}}
+	g := &Group{kv: kv, cfg: Config{Topic: topic, Group: group, TTL: st.TTL()}}
 
 	// Members and leases in one pass: the latest entry of every member and lease key of the
 	// topic, delete and expiry markers included.
 	w, err := kv.WatchFiltered(ctx, []string{MemberKey(topic, "*"), "l." + topic + ".*"})
 	if err != nil {
-		return nil, fmt.Errorf("partition: status: watch: %w", err)
+		return nil, fmt.Errorf("partition: status: watch: %w", retry.Opaque(err))
 	}
 	defer func() { _ = w.Stop() }()
 	leases := map[int]LeaseInfo{}
@@ -132,7 +133,7 @@ func Status(ctx context.Context, js natsjs.JetStream, topic, group string) (*Gro
 		}
 		out.Assignment = *a
 	} else if !errors.Is(err, natsjs.ErrBucketNotFound) {
-		return nil, fmt.Errorf("partition: status: %w", err)
+		return nil, fmt.Errorf("partition: status: %w", retry.Opaque(err))
 	}
 
 	// Partition count and leases.

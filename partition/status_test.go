@@ -19,16 +19,16 @@ import (
 // (Drain, then a cancelled context) releases every lease and leaves the group.
 func TestStatusAndStop(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	admin, _ := openBus(t, s.ClientURL())
+	admin := embeddedtest.Bus(t, s.ClientURL())
 	ctx := t.Context()
 	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 8}))
 	js := admin.JetStream()
 
 	_, err := partition.Status(ctx, js, "orders", "nobody")
-	require.ErrorIs(t, err, partition.ErrGroupNotFound)
+	require.ErrorIs(t, err, jetbus.ErrGroupNotFound)
 
 	start := func(ctx context.Context, id string) *partition.Subscriber {
-		bus, _ := openBus(t, s.ClientURL())
+		bus := embeddedtest.Bus(t, s.ClientURL())
 		sub, err := partition.Subscribe(ctx, bus, bus.JetStream(), partition.Config{Topic: "orders", Group: "g", MemberID: id, TTL: time.Second, Version: "1.0"}, noop)
 		require.NoError(t, err)
 		return sub
@@ -85,7 +85,8 @@ func TestStatusAndStop(t *testing.T) {
 // stops by itself with jetbus.ErrClosed.
 func TestSubscriberStopsWhenConnectionCloses(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	bus, nc := openBus(t, s.ClientURL())
+	bus := embeddedtest.Bus(t, s.ClientURL())
+	nc := bus.Conn()
 	require.NoError(t, bus.EnsureTopic(t.Context(), jbjs.TopicConfig{Name: "orders", Partitions: 2}))
 	sub, err := partition.Subscribe(t.Context(), bus, bus.JetStream(), partition.Config{Topic: "orders", Group: "g", TTL: time.Second}, noop)
 	require.NoError(t, err)
@@ -100,21 +101,24 @@ func TestSubscriberStopsWhenConnectionCloses(t *testing.T) {
 	assert.NoError(t, sub.Stop())
 }
 
-// zeroPartitions is a Consumer whose topic reports no partitions.
-type zeroPartitions struct{ partition.Consumer }
+// zeroPartitions is a Bus whose topic reports no partitions.
+type zeroPartitions struct{ *jbjs.Bus }
 
 func (zeroPartitions) Partitions(context.Context, string) (int, error) { return 0, nil }
 
+// plainBus is a Bus without the PartitionSubscriber capability.
+type plainBus struct{ jetbus.Bus }
+
 func TestSubscribeBadInput(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	bus, _ := openBus(t, s.ClientURL())
+	bus := embeddedtest.Bus(t, s.ClientURL())
 	ctx := t.Context()
 	require.NoError(t, bus.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 2}))
 	js := bus.JetStream()
 	cfg := partition.Config{Topic: "orders", Group: "g"}
 	cases := []struct {
 		name string
-		c    partition.Consumer
+		c    jetbus.Bus
 		cfg  partition.Config
 		h    jetbus.Handler
 		opts []jetbus.SubscribeOption
@@ -125,11 +129,10 @@ func TestSubscribeBadInput(t *testing.T) {
 		{"TTL too short", bus, partition.Config{Topic: "orders", Group: "g", TTL: time.Millisecond}, noop, nil, partition.ErrInvalidConfig},
 		{"bad member ID", bus, partition.Config{Topic: "orders", Group: "g", MemberID: "a b"}, noop, nil, partition.ErrInvalidConfig},
 		{"nil handler", bus, cfg, nil, nil, jetbus.ErrInvalidOption},
-		{"nil consumer", nil, cfg, noop, nil, partition.ErrInvalidConfig},
+		{"nil bus", nil, cfg, noop, nil, partition.ErrInvalidConfig},
+		{"bus without partition subscriptions", plainBus{bus}, cfg, noop, nil, jetbus.ErrInvalidOption},
 		{"bad option", bus, cfg, noop, []jetbus.SubscribeOption{jetbus.BatchSize(0)}, jetbus.ErrInvalidOption},
 		{"fan-in", bus, cfg, noop, []jetbus.SubscribeOption{jetbus.FanIn("payments")}, jetbus.ErrInvalidOption},
-		{"only partitions", bus, cfg, noop, []jetbus.SubscribeOption{jetbus.OnlyPartitions(1)}, jetbus.ErrInvalidOption},
-		{"take over", bus, cfg, noop, []jetbus.SubscribeOption{jetbus.TakeOver()}, jetbus.ErrInvalidOption},
 		{"unknown topic", bus, partition.Config{Topic: "nothing", Group: "g"}, noop, nil, jetbus.ErrTopicNotFound},
 		{"no partitions", zeroPartitions{bus}, cfg, noop, nil, partition.ErrNoPartitions},
 	}

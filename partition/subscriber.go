@@ -12,26 +12,16 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
-
-// Consumer is what a partitioned subscription needs from the Bus (package jetstream's *Bus
-// implements it). Subscribe is called with jetbus.OnlyPartitions(p) and jetbus.TakeOver() for
-// one partition p at a time, and must consume it through the durable consumer named
-// "<group>_p<p>" on the topic's stream (see DESIGN.md, "On the wire"), with
-// jetbus.Subscription.Stop returning unstarted deliveries to the server. Both methods are
-// called from several goroutines at once.
-type Consumer interface {
-	// Partitions returns the topic's partition count.
-	Partitions(ctx context.Context, topic string) (int, error)
-	// Subscribe consumes the topic as the group, calling h for every event.
-	Subscribe(ctx context.Context, topic, group string, h jetbus.Handler, opts ...jetbus.SubscribeOption) (jetbus.Subscription, error)
-}
 
 // Subscriber is one member of a partitioned consumer group: it consumes the partitions the
 // group's assignment gives it, each under a lease. Stop it with Stop or Drain.
+//
+// It is a jetbus.Subscription.
 type Subscriber struct {
-	c    Consumer
-	js   natsjs.JetStream
+	c    jetbus.PartitionSubscriber
+	js   JetStream
 	g    *Group
 	cfg  Config
 	to   Timeouts
@@ -59,22 +49,27 @@ type Subscriber struct {
 	fatal error             // what stopped the subscriber by itself
 }
 
+var _ jetbus.Subscription = (*Subscriber)(nil)
+
 // Subscribe joins cfg.Group as a member consuming cfg.Topic and returns at once; the member
 // then takes the partitions the group's assignment gives it, each under a lease, and calls h
 // for their events (Delivery.Topic is the logical topic, Delivery.Partition the partition).
 // It stops when ctx is done or on Stop or Drain: it stops fetching, finishes or returns the
 // deliveries in flight, releases its leases and leaves the group.
 //
-// c is the Bus (package jetstream), js the JetStream context for the KV buckets.
+// bus is the Bus (package jetstream's); it must have the jetbus.PartitionSubscriber
+// capability, through which each owned partition is consumed (its durable consumer
+// "<group>_p<n>", see DESIGN.md, "On the wire"), from several goroutines at once. js is the
+// JetStream context for the KV buckets.
 //
 // Config fields (see Config): Topic, Group (required), MemberID, TTL, Replicas, Version,
 // Logger. opts are the Bus's subscribe options (jetbus.From…, BatchSize, MaxInFlight,
 // AckTimeout, MaxAttempts, Backoff, Filter, ManualAck, Use, KeyConcurrency) and apply to
-// every partition. FanIn, OnlyPartitions and TakeOver are refused (jetbus.ErrInvalidOption):
-// the subscriber sets the last two itself.
+// every partition. FanIn is refused (jetbus.ErrInvalidOption).
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup, ErrInvalidConfig (Config.Validate),
-// jetbus.ErrInvalidOption (nil handler, bad options), ErrNoPartitions, ErrTTLMismatch, and the
+// jetbus.ErrInvalidOption (nil handler, bad options, a Bus without the PartitionSubscriber
+// capability), ErrNoPartitions, ErrTTLMismatch, and the
 // Bus's and KV's errors (jetbus.ErrTopicNotFound, …).
 //
 // Timeouts (see Timeouts): a member heartbeats every TTL/3 and drops out TTL after its last
@@ -84,7 +79,7 @@ type Subscriber struct {
 // so the events it had in flight are redelivered first, in order. Two members therefore never
 // run the handler on the same partition at once as long as the handler returns within
 // AckTimeout, which it must anyway (a slower handler sees its event twice).
-func Subscribe(ctx context.Context, c Consumer, js natsjs.JetStream, cfg Config, h jetbus.Handler, opts ...jetbus.SubscribeOption) (*Subscriber, error) {
+func Subscribe(ctx context.Context, bus jetbus.Bus, js JetStream, cfg Config, h jetbus.Handler, opts ...jetbus.SubscribeOption) (*Subscriber, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -92,20 +87,19 @@ func Subscribe(ctx context.Context, c Consumer, js natsjs.JetStream, cfg Config,
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil handler", jetbus.ErrInvalidOption)
 	}
-	if c == nil || js == nil {
-		return nil, fmt.Errorf("%w: nil Consumer or JetStream", ErrInvalidConfig)
+	if bus == nil || js == nil {
+		return nil, fmt.Errorf("%w: nil Bus or JetStream", ErrInvalidConfig)
+	}
+	c, ok := bus.(jetbus.PartitionSubscriber)
+	if !ok {
+		return nil, fmt.Errorf("%w: a %T cannot subscribe to single partitions (no jetbus.PartitionSubscriber)", jetbus.ErrInvalidOption, bus)
 	}
 	o, err := jetbus.ApplySubscribeOptions(opts...)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case len(o.FanIn) > 0:
+	if len(o.FanIn) > 0 {
 		return nil, fmt.Errorf("%w: FanIn is not supported by a partitioned subscription", jetbus.ErrInvalidOption)
-	case o.Partitions != nil:
-		return nil, fmt.Errorf("%w: OnlyPartitions is set by the partitioned subscription", jetbus.ErrInvalidOption)
-	case o.TakeOver:
-		return nil, fmt.Errorf("%w: TakeOver is set by the partitioned subscription", jetbus.ErrInvalidOption)
 	}
 	n, err := c.Partitions(ctx, cfg.Topic)
 	if err != nil {
@@ -141,7 +135,7 @@ func Subscribe(ctx context.Context, c Consumer, js natsjs.JetStream, cfg Config,
 		mw.Stop()
 		s.runCancel()
 		s.subCancel()
-		return nil, fmt.Errorf("partition: watch assignment: %w", err)
+		return nil, fmt.Errorf("partition: watch assignment: %w", retry.Opaque(err))
 	}
 	m, err := g.Join(s.runCtx)
 	if err != nil {
@@ -332,10 +326,10 @@ func (s *Subscriber) reconcile(members *memberView, asg *StoredAssignment, runne
 				s.log.Info("assignment advanced", "members", len(live), "revision", next.Revision, "owned", Owned(next.Owners, s.cfg.MemberID))
 			}
 			asg = next
-		case errors.Is(err, natsjs.ErrKeyRevisionMismatch), errors.Is(err, natsjs.ErrKeyExists):
+		case errors.Is(err, ErrAssignmentConflict):
 			// Another member stored one first; the watch brings it.
 		default:
-			s.setErr(fmt.Errorf("partition: store assignment: %w", err))
+			s.setErr(err)
 		}
 	}
 	want := map[int]bool{}
@@ -360,285 +354,6 @@ func (s *Subscriber) reconcile(members *memberView, asg *StoredAssignment, runne
 		}
 	}
 	return asg
-}
-
-// own takes and serves partition p until ctx is done.
-func (s *Subscriber) own(ctx context.Context, p int) {
-	backoff := s.to.Renew / 4
-	for ctx.Err() == nil {
-		actx, cancel := context.WithTimeout(ctx, s.to.LeaseTTL)
-		lease, err := s.g.TryAcquire(actx, p)
-		cancel()
-		if errors.Is(err, ErrLeaseHeld) {
-			// Wait for the release or the expiry; look again after a lease TTL in case a
-			// marker was missed.
-			wctx, cancel := context.WithTimeout(ctx, 2*s.to.LeaseTTL)
-			_, _ = s.g.WaitFree(wctx, p)
-			cancel()
-			continue
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				s.setErr(err)
-				s.log.Warn("acquire failed", "partition", p, "err", err)
-				sleep(ctx, backoff)
-			}
-			continue
-		}
-		if s.serve(ctx, p, lease) != nil {
-			sleep(ctx, backoff)
-		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-// serve consumes partition p under lease until ctx is done (then it stops and releases) or
-// the lease is lost (then it stops at once).
-func (s *Subscriber) serve(ctx context.Context, p int, lease *Lease) error {
-	// The keeper renews the lease from now until the subscription has stopped, including
-	// while it drains after a handoff began.
-	kctx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
-	lost := make(chan error, 1)
-	keeperDone := make(chan struct{})
-	go func() {
-		defer close(keeperDone)
-		if err := s.keep(kctx, p, lease); err != nil {
-			lost <- err
-		}
-	}()
-	release := func() {
-		stopKeeper()
-		<-keeperDone
-		rctx, cancel := context.WithTimeout(context.Background(), s.to.LeaseTTL)
-		defer cancel()
-		if err := lease.Release(rctx); err != nil {
-			s.log.Warn("release failed; the lease will expire", "partition", p, "err", err)
-		}
-	}
-	fail := func(err error) error {
-		stopKeeper()
-		<-keeperDone
-		// The subscription was stopped in a hurry, perhaps unable to return its deliveries:
-		// if this member takes the partition again, it waits for them like a new owner would.
-		s.mu.Lock()
-		s.dirty[p] = time.Now()
-		s.mu.Unlock()
-		s.setErr(err)
-		s.log.Warn("lease lost, partition stopped", "partition", p, "err", err)
-		return err
-	}
-
-	s.mu.Lock()
-	dirtyAt, dirty := s.dirty[p]
-	s.mu.Unlock()
-	if dirty {
-		wait := time.Until(dirtyAt.Add(s.ackWait + s.ackWait/10 + 200*time.Millisecond))
-		if wait > 0 {
-			s.log.Info("waiting for this member's own unsettled deliveries to time out", "partition", p, "wait", wait)
-			select {
-			case <-ctx.Done():
-			case err := <-lost:
-				return fail(err)
-			case <-time.After(wait):
-			}
-		}
-		s.mu.Lock()
-		delete(s.dirty, p)
-		s.mu.Unlock()
-	}
-	if lease.Previous != LeaseReleased {
-		// Keep the lease until the check succeeds: releasing here would let the next
-		// acquisition look like a graceful handoff and skip the wait.
-		for {
-			err := s.waitInFlight(ctx, p, lost)
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			if errors.Is(err, ErrLeaseLost) {
-				return fail(err)
-			}
-			s.log.Warn("in-flight check failed, retrying", "partition", p, "err", err)
-			select {
-			case <-ctx.Done():
-			case err := <-lost:
-				return fail(err)
-			case <-time.After(s.to.Renew):
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		release()
-		return nil
-	}
-	opts := append(slices.Clone(s.opts), jetbus.OnlyPartitions(p), jetbus.TakeOver())
-	sub, err := s.c.Subscribe(s.subCtx, s.cfg.Topic, s.cfg.Group, s.h, opts...)
-	if err != nil {
-		release()
-		s.setErr(err)
-		s.log.Warn("subscribe failed", "partition", p, "err", err)
-		return err
-	}
-	s.mu.Lock()
-	s.owned[p] = lease
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.owned, p)
-		s.mu.Unlock()
-	}()
-	s.log.Info("partition started", "partition", p, "previous", lease.Previous)
-
-	select {
-	case <-ctx.Done():
-		if dctx := s.drainCtx; dctx != nil {
-			// Drain, but stop at once if the lease is lost meanwhile.
-			dctx, cancel := context.WithCancel(dctx)
-			go func() {
-				select {
-				case err := <-lost:
-					lost <- err
-					cancel()
-				case <-dctx.Done():
-				}
-			}()
-			_ = sub.Drain(dctx)
-			cancel()
-		} else {
-			s.stopSub(p, sub)
-		}
-		select {
-		case err := <-lost:
-			return fail(err)
-		default:
-		}
-		s.flush()
-		release()
-		s.log.Info("partition handed off", "partition", p)
-		return nil
-	case err := <-lost:
-		s.stopSub(p, sub)
-		return fail(err)
-	case <-sub.Done():
-		release()
-		err := sub.Err()
-		if err == nil {
-			err = fmt.Errorf("partition: subscription of partition %d ended: %w", p, jetbus.ErrClosed)
-		}
-		s.setErr(err)
-		return err
-	}
-}
-
-// stopSub stops a partition's subscription. When the connection is closed it does not wait
-// longer than a renew interval for it: nothing can be settled any more, the lease expires and
-// the next owner waits for the deliveries to time out.
-func (s *Subscriber) stopSub(p int, sub jetbus.Subscription) {
-	done := make(chan struct{})
-	go func() {
-		_ = sub.Stop()
-		close(done)
-	}()
-	t := time.NewTicker(s.to.Renew)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			if nc := s.js.Conn(); nc != nil && nc.IsClosed() {
-				s.log.Warn("subscription did not stop after the connection closed; abandoning it", "partition", p)
-				return
-			}
-		}
-	}
-}
-
-// flush waits until the server has received everything sent on the connection so far, in
-// particular the naks with which a stopped subscription returned its unstarted deliveries:
-// they must reach the consumer before the next owner's first pull, or that pull gets later
-// events first. (It helps when the Consumer publishes on the same connection as js.)
-func (s *Subscriber) flush() {
-	if nc := s.js.Conn(); nc != nil && !nc.IsClosed() {
-		if err := nc.FlushTimeout(s.to.Renew); err != nil {
-			s.log.Debug("flush failed", "err", err)
-		}
-	}
-}
-
-// keep renews lease every Renew interval until ctx is done. It returns ErrLeaseLost when the
-// lease was lost or no renewal succeeded within Guard of the last one sent.
-func (s *Subscriber) keep(ctx context.Context, p int, lease *Lease) error {
-	guard := time.NewTimer(time.Until(lease.SentAt().Add(s.to.Guard)))
-	defer guard.Stop()
-	renew := time.NewTicker(s.to.Renew)
-	defer renew.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-guard.C:
-			return fmt.Errorf("%w: partition %d not renewed for %s", ErrLeaseLost, p, s.to.Guard)
-		case <-renew.C:
-			// A renewal is useful until the guard fires: give it that long.
-			rctx, cancel := context.WithDeadline(ctx, lease.SentAt().Add(s.to.Guard))
-			err := lease.Renew(rctx)
-			cancel()
-			switch {
-			case err == nil:
-				guard.Reset(time.Until(lease.SentAt().Add(s.to.Guard)))
-			case errors.Is(err, ErrLeaseLost):
-				return err
-			case ctx.Err() == nil:
-				s.log.Warn("renew failed", "partition", p, "err", err)
-			}
-		}
-	}
-}
-
-// waitInFlight waits, after a lease expired rather than being released, until the previous
-// owner's deliveries of partition p are due for redelivery (its last delivery is older than
-// the consumer's AckWait), so that the new owner sees them first and in order. It returns the
-// keeper's error if the lease is lost meanwhile.
-func (s *Subscriber) waitInFlight(ctx context.Context, p int, lost chan error) error {
-	ictx, cancel := context.WithTimeout(ctx, s.to.LeaseTTL)
-	cons, err := s.js.Consumer(ictx, jetbus.StreamName(s.cfg.Topic), jetbus.ConsumerName(s.cfg.Group, p))
-	cancel()
-	if errors.Is(err, natsjs.ErrConsumerNotFound) || ctx.Err() != nil {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("partition: consumer of partition %d: %w", p, err)
-	}
-	info := cons.CachedInfo()
-	if info.NumAckPending == 0 {
-		return nil
-	}
-	wait := info.Config.AckWait // no time of last delivery: assume it was just now
-	if info.Delivered.Last != nil {
-		wait -= info.TimeStamp.Sub(*info.Delivered.Last)
-	}
-	if wait <= 0 {
-		return nil
-	}
-	wait += wait/10 + 200*time.Millisecond // let the server's redelivery timer fire
-	s.log.Info("waiting for the previous owner's deliveries to time out", "partition", p, "wait", wait, "ack_pending", info.NumAckPending)
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	case err := <-lost:
-		return err
-	}
-	return nil
 }
 
 // memberView is one member's view of the group's membership, and how far it goes: the KV

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,32 +19,6 @@ import (
 	jbjs "github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/partition"
 )
-
-// testLogger routes warnings and errors to t.Log.
-func testLogger(t testing.TB) *slog.Logger {
-	level := slog.LevelWarn
-	if os.Getenv("JETBUS_TEST_LOG") == "info" {
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: level}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
-// openBus opens a Bus on its own connection to url. The connection is returned so a test can
-// kill the member abruptly.
-func openBus(t testing.TB, url string) (*jbjs.Bus, *nats.Conn) {
-	t.Helper()
-	nc := embeddedtest.Connect(t, url)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, err := jbjs.Open(ctx, nc, jbjs.WithLogger(testLogger(t)))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	return b, nc
-}
 
 // recorder is the instrumented handler shared by every member of a churn test.
 type recorder struct {
@@ -117,9 +89,10 @@ type churnMember struct {
 
 func (e *churnEnv) start(id string) *churnMember {
 	e.t.Helper()
-	bus, nc := openBus(e.t, e.url)
+	bus := embeddedtest.Bus(e.t, e.url)
+	nc := bus.Conn()
 	sub, err := partition.Subscribe(e.t.Context(), bus, bus.JetStream(), partition.Config{
-		Topic: e.topic, Group: e.group, MemberID: id, TTL: e.ttl, Replicas: e.replicas, Logger: testLogger(e.t),
+		Topic: e.topic, Group: e.group, MemberID: id, TTL: e.ttl, Replicas: e.replicas, Logger: embeddedtest.Logger(e.t),
 	}, e.rec.handler(id, e.topic, e.work), churnOpts...)
 	require.NoError(e.t, err)
 	m := &churnMember{nc: nc, bus: bus, sub: sub}
@@ -156,7 +129,7 @@ func TestChurnCluster(t *testing.T) {
 // handlers at once. With a cluster, one server is stopped and restarted mid-run.
 func runChurn(t *testing.T, url string, replicas int, ttl time.Duration, cluster *embeddedtest.ClusterT, total int) {
 	const keys = 500
-	admin, _ := openBus(t, url)
+	admin := embeddedtest.Bus(t, url)
 	ctx := t.Context()
 	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 16, Replicas: replicas}))
 	env := &churnEnv{t: t, url: url, topic: "orders", group: "billing", ttl: ttl, replicas: replicas, rec: newRecorder(), work: 0, members: map[string]*churnMember{}}
@@ -172,7 +145,7 @@ func runChurn(t *testing.T, url string, replicas int, ttl time.Duration, cluster
 	var published atomic.Int64
 	pubDone := make(chan error, 1)
 	go func() {
-		pub, _ := openBus(t, url)
+		pub := embeddedtest.Bus(t, url)
 		publishOne := func(j int) error {
 			for {
 				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/jetbus/jetbus"
 )
 
-// Sentinel errors. Calls wrap them with detail; compare with errors.Is.
+// Sentinel errors. Calls wrap them with detail; compare with errors.Is. A closed Registry
+// returns jetbus.ErrClosed, a bad option jetbus.ErrInvalidOption.
 var (
 	// ErrIncompatible is returned by Compatible, Registry.Register, Registry.Check and
 	// CheckDir when a schema is incompatible with the versions it is checked against. The
@@ -47,11 +50,10 @@ var (
 	// ErrInvalidUpcaster is returned for a declarative operation that is malformed (unknown
 	// op, bad JSON pointer, missing from or value) and by AddUpcaster for a bad hop.
 	ErrInvalidUpcaster = errors.New("schema: invalid upcaster")
-	// ErrInvalidOption is returned by Open and Register for an option value out of range.
-	ErrInvalidOption = errors.New("schema: invalid option")
-	// ErrClosed is returned by calls on a closed Registry.
-	ErrClosed = errors.New("schema: registry closed")
 )
+
+// errRegistryClosed is returned by the calls and middlewares of a closed Registry.
+var errRegistryClosed = fmt.Errorf("schema: registry: %w", jetbus.ErrClosed)
 
 // Reason is one difference that makes a schema incompatible.
 type Reason struct {

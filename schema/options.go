@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/jetbus/jetbus"
 )
 
 // Option configures Open.
@@ -33,7 +35,7 @@ type goUpcaster struct {
 func WithBucket(name string) Option {
 	return func(o *options) error {
 		if name == "" {
-			return fmt.Errorf("%w: empty bucket name", ErrInvalidOption)
+			return fmt.Errorf("%w: empty bucket name", jetbus.ErrInvalidOption)
 		}
 		o.bucket = name
 		return nil
@@ -44,7 +46,7 @@ func WithBucket(name string) Option {
 func WithReplicas(n int) Option {
 	return func(o *options) error {
 		if n < 1 || n > 5 {
-			return fmt.Errorf("%w: replicas must be 1 to 5, got %d", ErrInvalidOption, n)
+			return fmt.Errorf("%w: replicas must be 1 to 5, got %d", jetbus.ErrInvalidOption, n)
 		}
 		o.replicas = n
 		return nil
@@ -88,7 +90,7 @@ func WithUpcaster(topic string, from int, fn Upcaster) Option {
 func WithResyncInterval(d time.Duration) Option {
 	return func(o *options) error {
 		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: resync interval must be at least 10ms, got %s", ErrInvalidOption, d)
+			return fmt.Errorf("%w: resync interval must be at least 10ms, got %s", jetbus.ErrInvalidOption, d)
 		}
 		o.resync = d
 		return nil

@@ -61,7 +61,7 @@ func (r *Registry) PublishMiddleware() jetbus.PublishMiddleware {
 	return func(next jetbus.PublishFunc) jetbus.PublishFunc {
 		return func(ctx context.Context, e *jetbus.Event) error {
 			if r.isClosed() {
-				return ErrClosed
+				return errRegistryClosed
 			}
 			en, err := r.publishEntry(e)
 			if err != nil {

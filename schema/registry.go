@@ -18,6 +18,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // DefaultBucket is the KV bucket that holds the registry.
@@ -28,6 +29,8 @@ type JetStream interface {
 	KeyValue(ctx context.Context, bucket string) (natsjs.KeyValue, error)
 	CreateKeyValue(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error)
 }
+
+var _ JetStream = natsjs.JetStream(nil)
 
 // Version is one registered version of a topic's schema.
 type Version struct {
@@ -188,7 +191,7 @@ func Open(ctx context.Context, js JetStream, opts ...Option) (*Registry, error) 
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("schema: open bucket %s: %w", o.bucket, err)
+		return nil, fmt.Errorf("schema: open bucket %s: %w", o.bucket, retry.Opaque(err))
 	}
 	log := o.log
 	if log == nil {
@@ -212,7 +215,7 @@ func Open(ctx context.Context, js JetStream, opts ...Option) (*Registry, error) 
 	w, err := kv.WatchAll(wctx)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("schema: watch bucket %s: %w", o.bucket, err)
+		return nil, fmt.Errorf("schema: watch bucket %s: %w", o.bucket, retry.Opaque(err))
 	}
 	r.cancel = cancel
 	ready := make(chan struct{})
@@ -384,7 +387,8 @@ func applyEntry(topics map[string]*topicState, log *slog.Logger, key string, val
 	}
 }
 
-// Close stops the registry's watch. Middlewares of a closed registry return ErrClosed.
+// Close stops the registry's watch. Calls and middlewares of a closed registry return an
+// error wrapping jetbus.ErrClosed.
 func (r *Registry) Close() error {
 	r.closeOnce.Do(func() {
 		close(r.closed)
@@ -450,7 +454,7 @@ func WithUpcast(ops ...Op) RegisterOption {
 func ExpectVersion(n int) RegisterOption {
 	return func(o *registerOptions) error {
 		if n <= 0 {
-			return fmt.Errorf("%w: ExpectVersion(%d)", ErrInvalidOption, n)
+			return fmt.Errorf("%w: ExpectVersion(%d)", jetbus.ErrInvalidOption, n)
 		}
 		o.expectVersion = n
 		return nil
@@ -465,7 +469,7 @@ func ExpectVersion(n int) RegisterOption {
 // with a KV create, and the loser checks again against the winner.
 //
 // Errors: jetbus.ErrInvalidTopic, ErrInvalidSchema, ErrIncompatible, ErrInvalidUpcaster,
-// ErrVersionConflict, ErrClosed.
+// ErrVersionConflict, jetbus.ErrClosed.
 func (r *Registry) Register(ctx context.Context, topic string, doc []byte, opts ...RegisterOption) (*Version, error) {
 	return r.register(ctx, topic, doc, false, opts)
 }
@@ -478,7 +482,7 @@ func (r *Registry) Check(ctx context.Context, topic string, doc []byte, opts ...
 
 func (r *Registry) register(ctx context.Context, topic string, doc []byte, dryRun bool, opts []RegisterOption) (*Version, error) {
 	if r.isClosed() {
-		return nil, ErrClosed
+		return nil, errRegistryClosed
 	}
 	if err := jetbus.ValidateTopic(topic); err != nil {
 		return nil, err
@@ -559,7 +563,7 @@ func (r *Registry) register(ctx context.Context, topic string, doc []byte, dryRu
 			continue // another process took this version: check again against it
 		}
 		if err != nil {
-			return nil, fmt.Errorf("schema: register %s v%d: %w", topic, next, err)
+			return nil, fmt.Errorf("schema: register %s v%d: %w", topic, next, retry.Opaque(err))
 		}
 		r.apply(versionKey(topic, next), data, rev, false)
 		v.Revision = rev
@@ -585,7 +589,7 @@ func fingerprint(doc any) string {
 func (r *Registry) read(ctx context.Context, topic string) (*topicState, error) {
 	w, err := r.kv.WatchFiltered(ctx, []string{"v." + topic + ".*", configKey(topic)})
 	if err != nil {
-		return nil, fmt.Errorf("schema: read %s: %w", topic, err)
+		return nil, fmt.Errorf("schema: read %s: %w", topic, retry.Opaque(err))
 	}
 	defer func() { _ = w.Stop() }()
 	topics := map[string]*topicState{}
@@ -681,7 +685,7 @@ func (r *Registry) Topics(ctx context.Context) ([]string, error) {
 // Deleting a deleted version is a no-op. Version numbers are never reused.
 func (r *Registry) Delete(ctx context.Context, topic string, n int) error {
 	if r.isClosed() {
-		return ErrClosed
+		return errRegistryClosed
 	}
 	if err := jetbus.ValidateTopic(topic); err != nil {
 		return err
@@ -692,11 +696,11 @@ func (r *Registry) Delete(ctx context.Context, topic string, n int) error {
 			return fmt.Errorf("%w: %s v%d", ErrVersionNotFound, topic, n)
 		}
 		if err != nil {
-			return fmt.Errorf("schema: delete %s v%d: %w", topic, n, err)
+			return fmt.Errorf("schema: delete %s v%d: %w", topic, n, retry.Opaque(err))
 		}
 		var v Version
 		if err := json.Unmarshal(e.Value(), &v); err != nil {
-			return fmt.Errorf("schema: delete %s v%d: malformed record: %w", topic, n, err)
+			return fmt.Errorf("schema: delete %s v%d: malformed record: %v", topic, n, err)
 		}
 		if v.Deleted {
 			return nil
@@ -712,7 +716,7 @@ func (r *Registry) Delete(ctx context.Context, topic string, n int) error {
 			if errors.As(err, &apiErr) && apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence {
 				continue
 			}
-			return fmt.Errorf("schema: delete %s v%d: %w", topic, n, err)
+			return fmt.Errorf("schema: delete %s v%d: %w", topic, n, retry.Opaque(err))
 		}
 		r.apply(versionKey(topic, n), data, rev, false)
 		return nil
@@ -724,7 +728,7 @@ func (r *Registry) Delete(ctx context.Context, topic string, n int) error {
 // of topic are checked under. ModeNone disables checks.
 func (r *Registry) SetMode(ctx context.Context, topic string, m Mode, p Policy) error {
 	if r.isClosed() {
-		return ErrClosed
+		return errRegistryClosed
 	}
 	if err := jetbus.ValidateTopic(topic); err != nil {
 		return err
@@ -741,7 +745,7 @@ func (r *Registry) SetMode(ctx context.Context, topic string, m Mode, p Policy) 
 	data, _ := json.Marshal(topicConfig{Mode: mode, Policy: p})
 	rev, err := r.kv.Put(ctx, configKey(topic), data)
 	if err != nil {
-		return fmt.Errorf("schema: set mode of %s: %w", topic, err)
+		return fmt.Errorf("schema: set mode of %s: %w", topic, retry.Opaque(err))
 	}
 	r.apply(configKey(topic), data, rev, false)
 	return nil

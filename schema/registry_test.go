@@ -180,13 +180,17 @@ func TestRegistryBadInput(t *testing.T) {
 	_, err = r.Register(ctx, "orders.created", []byte(orderV1), schema.WithUpcast(schema.Op{Op: "explode", Path: "/a"}))
 	require.ErrorIs(t, err, schema.ErrInvalidUpcaster)
 	_, err = r.Register(ctx, "orders.created", []byte(orderV1), schema.ExpectVersion(0))
-	require.ErrorIs(t, err, schema.ErrInvalidOption)
+	require.ErrorIs(t, err, jetbus.ErrInvalidOption)
 
 	js, err := natsjs.New(embeddedtest.Connect(t, embeddedtest.NATS(t).ClientURL()))
 	require.NoError(t, err)
-	for _, opt := range []schema.Option{schema.WithBucket(""), schema.WithReplicas(0), schema.WithDefaultMode("up"), schema.WithPolicy("loose"), schema.WithResyncInterval(time.Millisecond)} {
+	for _, opt := range []schema.Option{schema.WithBucket(""), schema.WithReplicas(0), schema.WithResyncInterval(time.Millisecond)} {
 		_, err := schema.Open(ctx, js, opt)
-		require.Error(t, err)
+		require.ErrorIs(t, err, jetbus.ErrInvalidOption)
+	}
+	for _, opt := range []schema.Option{schema.WithDefaultMode("up"), schema.WithPolicy("loose")} {
+		_, err := schema.Open(ctx, js, opt)
+		require.ErrorIs(t, err, schema.ErrUnknownMode)
 	}
 }
 
@@ -415,9 +419,9 @@ func TestRegistryClosed(t *testing.T) {
 	require.NoError(t, r.Close())
 	require.NoError(t, r.Close(), "Close is idempotent")
 	_, err := r.Register(ctxT(t), "orders.created", []byte(orderV1))
-	require.ErrorIs(t, err, schema.ErrClosed)
+	require.ErrorIs(t, err, jetbus.ErrClosed)
 	pub := jetbus.ChainPublish(func(context.Context, *jetbus.Event) error { return nil }, r.PublishMiddleware())
-	require.True(t, errors.Is(pub(ctxT(t), &jetbus.Event{Topic: "x"}), schema.ErrClosed))
+	require.True(t, errors.Is(pub(ctxT(t), &jetbus.Event{Topic: "x"}), jetbus.ErrClosed))
 }
 
 func natsjsNew(nc *nats.Conn) (natsjs.JetStream, error) { return natsjs.New(nc) }

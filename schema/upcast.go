@@ -326,7 +326,7 @@ func (r *Registry) UpcastMiddleware() jetbus.HandlerMiddleware {
 	return func(next jetbus.Handler) jetbus.Handler {
 		return func(ctx context.Context, d *jetbus.Delivery) error {
 			if r.isClosed() {
-				return ErrClosed
+				return errRegistryClosed
 			}
 			if d.Event == nil || d.Tombstone() {
 				return next(ctx, d)

@@ -8,9 +8,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus/internal/retry"
 )
+
+// JetStream is what a scan needs of a JetStream context: natsjs.JetStream has it.
+type JetStream interface {
+	OrderedConsumer(ctx context.Context, stream string, cfg natsjs.OrderedConsumerConfig) (natsjs.Consumer, error)
+}
 
 // batch bounds one fetch of a scan.
 const batch = 500
@@ -18,7 +24,7 @@ const batch = 500
 // Scan reads stream with an ordered consumer configured by cfg and calls fn with every
 // message, in order, until fn returns false or the messages the stream held when the scan
 // started are read. It returns ctx's error if ctx ended first.
-func Scan(ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.OrderedConsumerConfig, fn func(natsjs.Msg, *natsjs.MsgMetadata) bool) error {
+func Scan(ctx context.Context, js JetStream, stream string, cfg natsjs.OrderedConsumerConfig, fn func(natsjs.Msg, *natsjs.MsgMetadata) bool) error {
 	c, err := orderedConsumer(ctx, js, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", stream, err)
@@ -53,22 +59,14 @@ func Scan(ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.Or
 
 // orderedConsumer creates the scan's consumer, asking again while a cluster has no one to
 // answer yet (a stream leader being elected): the request is idempotent.
-func orderedConsumer(ctx context.Context, js natsjs.JetStream, stream string, cfg natsjs.OrderedConsumerConfig) (natsjs.Consumer, error) {
-	wait := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		c, err := js.OrderedConsumer(tctx, stream, cfg)
-		cancel()
-		transient := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
-			errors.Is(err, context.DeadlineExceeded)
-		if err == nil || !transient || attempt == 8 || ctx.Err() != nil {
-			return c, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
+func orderedConsumer(ctx context.Context, js JetStream, stream string, cfg natsjs.OrderedConsumerConfig) (natsjs.Consumer, error) {
+	var c natsjs.Consumer
+	err := retry.Do(ctx, createPolicy, func(ctx context.Context) error {
+		var err error
+		c, err = js.OrderedConsumer(ctx, stream, cfg)
+		return err
+	})
+	return c, err
 }
+
+var createPolicy = retry.Policy{Try: 5 * time.Second, Attempts: 8, Backoff: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}

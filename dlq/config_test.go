@@ -1,0 +1,46 @@
+package dlq_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/embeddedtest"
+)
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name  string
+		cfg   dlq.Config
+		field string // named in the error; "" when valid
+	}{
+		{"zero value", dlq.Config{}, ""},
+		{"full", dlq.Config{Replicas: 3, MaxAge: time.Hour, DuplicateWindow: 2 * time.Hour, Parking: true}, ""},
+		{"negative replicas", dlq.Config{Replicas: -1}, "Replicas"},
+		{"too many replicas", dlq.Config{Replicas: 6}, "Replicas"},
+		{"negative max age", dlq.Config{MaxAge: -time.Second}, "MaxAge"},
+		{"negative duplicate window", dlq.Config{DuplicateWindow: -time.Second}, "DuplicateWindow"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.cfg
+			err := tc.cfg.Validate()
+			assert.Equal(t, before, tc.cfg, "Validate does not change its receiver")
+			if tc.field == "" {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorIs(t, err, dlq.ErrInvalidConfig)
+			assert.ErrorIs(t, err, jetbus.ErrInvalidConfig, "the package's sentinel is the root's")
+			assert.ErrorContains(t, err, tc.field)
+		})
+	}
+	t.Run("Open refuses it", func(t *testing.T) {
+		bus := embeddedtest.Bus(t, embeddedtest.NATS(t).ClientURL())
+		_, err := dlq.Open(t.Context(), bus.JetStream(), dlq.Config{Replicas: -1})
+		assert.ErrorIs(t, err, dlq.ErrInvalidConfig)
+	})
+}

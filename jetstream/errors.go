@@ -1,0 +1,34 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
+)
+
+// Sentinel errors of package jetstream. The Bus's calls return the root package's sentinels
+// (jetbus.ErrInvalidTopic, jetbus.ErrTopicNotFound, jetbus.ErrUnavailable, …); these are the
+// package's own.
+var (
+	// ErrInvalidConfig is returned by TopicConfig.Validate and EnsureTopic for a field out of
+	// range, and by EnsureTopic for a partition count lower than the topic's. It wraps
+	// jetbus.ErrInvalidConfig.
+	ErrInvalidConfig = fmt.Errorf("jetstream: %w", jetbus.ErrInvalidConfig)
+)
+
+// errDeliveryGap ends a pull whose consumer sequence skipped: deliveries were lost in flight.
+var errDeliveryGap = errors.New("jetbus: deliveries lost in flight")
+
+// apiPolicy bounds JetStream API requests that the Bus retries (consumer resets, resumes,
+// unpins). In a cluster, a request to a consumer that has no leader yet (just created, or its
+// leader's server just stopped) gets no answer; asking again once the group elected a leader
+// succeeds.
+var apiPolicy = retry.Policy{Try: 2 * time.Second, Backoff: retry.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}}
+
+// lookupPolicy bounds a topic's stream lookup: like apiPolicy, but it gives up after a few
+// tries (about 20s at most) so that a publish to an unreachable cluster fails rather than
+// waiting as long as its context allows.
+var lookupPolicy = retry.Policy{Try: 2 * time.Second, Attempts: 8, Backoff: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}

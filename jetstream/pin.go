@@ -1,0 +1,131 @@
+package jetstream
+
+import (
+	"context"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
+)
+
+// The second fence: every consumer is pinned (priority policy pinned_client, group
+// jetbus.PriorityGroup) to one client at a time. This file holds what a partition does with
+// its pin: return lost or unacknowledged deliveries to the consumer in order, hand the
+// partition back on stop, and take it over from a holder known to have stopped.
+
+// recoverDeliveries returns the partition's unacknowledged deliveries to the consumer, in
+// order, when this client holds the partition. It waits briefly for this client's own acks
+// to be settled first, so that few handled events are delivered again.
+func (pc *partConsumer) recoverDeliveries() {
+	pc.lastDSeq = 0
+	if pc.pinID == "" {
+		return
+	}
+	b := pc.sub.bus
+	ctx, cancel := context.WithTimeout(pc.sub.ctx, 5*time.Second)
+	defer cancel()
+	info, err := pc.settledInfo(ctx, 500*time.Millisecond)
+	if err != nil || info.NumAckPending == 0 || !pinnedBy(info, pc.pinID) {
+		return
+	}
+	if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
+		pc.log.Warn("returning lost deliveries failed; they come back after the ack timeout", "err", err)
+	}
+}
+
+// settledInfo flushes this client's acks and returns the consumer's state once nothing is
+// pending or wait has passed.
+func (pc *partConsumer) settledInfo(ctx context.Context, wait time.Duration) (*natsjs.ConsumerInfo, error) {
+	b := pc.sub.bus
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		pc.log.Debug("flush failed", "err", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
+		if err != nil {
+			return nil, err
+		}
+		info := cons.CachedInfo()
+		if info.NumAckPending == 0 || time.Now().After(deadline) {
+			return info, nil
+		}
+		select {
+		case <-ctx.Done():
+			return info, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func pinnedBy(info *natsjs.ConsumerInfo, pin string) bool {
+	for _, g := range info.PriorityGroups {
+		if g.Group == jetbus.PriorityGroup {
+			return g.PinnedClientID == pin
+		}
+	}
+	return false
+}
+
+// release hands the partition back when the subscription stops: deliveries still
+// unacknowledged at the server (a retry waiting for its backoff, or messages the server sent to
+// the pull request as it was closing) are returned by resetting the consumer to its ack floor,
+// so the next owner gets them first and in order; then the pin is released, so the next
+// subscriber does not wait for the pin TTL.
+func (pc *partConsumer) release() {
+	pin := pc.pinID
+	if pin == "" {
+		return // never consumed: nothing to hand back, and the pin is someone else's
+	}
+	b := pc.sub.bus
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := pc.settledInfo(ctx, time.Second)
+	if err != nil {
+		pc.log.Debug("consumer lookup on release failed", "err", err)
+		return
+	}
+	if !pinnedBy(info, pin) {
+		return // someone else holds the partition now: its state is not ours to touch
+	}
+	if info.NumAckPending > 0 {
+		if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
+			pc.log.Warn("returning unacknowledged deliveries failed; they come back after the ack timeout", "err", err)
+		}
+	}
+	if err := b.unpin(ctx, pc.stream, pc.name); err != nil {
+		pc.log.Debug("unpin failed", "err", err)
+	}
+}
+
+// takeOver takes the partition from a previous holder that is known to have stopped (see
+// SubscribePartition): it unpins it and returns its unacknowledged deliveries to the consumer so
+// they are delivered first, in order, instead of after the ack timeout.
+func (pc *partConsumer) takeOver() error {
+	b := pc.sub.bus
+	ctx, cancel := context.WithTimeout(pc.sub.ctx, 10*time.Second)
+	defer cancel()
+	if err := b.unpin(ctx, pc.stream, pc.name); err != nil {
+		return err
+	}
+	cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
+	if err != nil {
+		return err
+	}
+	if cons.CachedInfo().NumAckPending > 0 {
+		return b.resetConsumer(ctx, pc.stream, pc.name, 0)
+	}
+	return nil
+}
+
+func (b *Bus) unpin(ctx context.Context, stream, consumer string) error {
+	return retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+		s, err := b.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		return s.UnpinConsumer(ctx, consumer, jetbus.PriorityGroup)
+	})
+}

@@ -1,0 +1,189 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
+)
+
+// One partition of a subscription, from the first pull to the release.
+//
+// Lifecycle: Subscribe starts one goroutine per partition, partConsumer.run, owned by the
+// subscription's WaitGroup. run looks the consumer up (recreating it if it was deleted),
+// takes the partition over when asked to (SubscribePartition), opens a pull iterator (Messages) and
+// hands it to consume, which delivers each message to handle (one at a time, or through the
+// key workers of KeyConcurrency) until the iterator ends. A pull that ends for any reason but
+// a stop is reopened after recovering the deliveries it may have lost (recoverDeliveries,
+// pin.go), with a backoff when it failed. Stop closes the iterator (stopIter); run then
+// returns and its deferred release hands the partition back (pin.go).
+//
+// Contexts: handlers run under the subscription's ctx, which is cancelled only once every
+// partition has stopped, so a handler is never cancelled by a stop; Drain and Stop differ
+// only in what consume does with messages fetched after the stop (handle or nak).
+
+// partConsumer consumes one partition of one topic for a subscription.
+type partConsumer struct {
+	sub       *subscription
+	topic     string
+	stream    string
+	partition int
+	name      string
+	gm        *groupMetrics
+	log       *slog.Logger
+	cons      natsjs.Consumer // from Subscribe, for the first pull; later pulls look it up again
+
+	mu   sync.Mutex
+	iter natsjs.MessagesContext
+
+	// pinID is the pin the server gave this client, if it ever did, and lastDSeq the consumer
+	// sequence of the last delivery received. Only the partition's own goroutine (run,
+	// consume and the deferred release) touches them.
+	pinID    string
+	lastDSeq uint64
+}
+
+func (pc *partConsumer) stopIter() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.iter != nil {
+		pc.iter.Drain()
+	}
+}
+
+func (pc *partConsumer) setIter(it natsjs.MessagesContext) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.sub.stopping() {
+		it.Stop()
+		return false
+	}
+	pc.iter = it
+	return true
+}
+
+func (pc *partConsumer) run() {
+	defer pc.sub.wg.Done()
+	defer pc.release()
+	b := pc.sub.bus
+	takeOver := pc.sub.takeOver
+	var backoff retry.Backoff // every failure below is retried until the subscription stops
+	wait := false
+	for !pc.sub.stopping() {
+		if b.nc.IsClosed() {
+			pc.sub.fail(fmt.Errorf("%w: the NATS connection is closed", jetbus.ErrClosed))
+			return
+		}
+		if wait && !backoff.Wait(pc.sub.stopCh) {
+			return
+		}
+		wait = true
+		cons, err := pc.cons, error(nil)
+		pc.cons = nil
+		if cons == nil {
+			cons, err = b.js.Consumer(pc.sub.ctx, pc.stream, pc.name)
+		}
+		if errors.Is(err, natsjs.ErrConsumerNotFound) {
+			// Deleted behind our back: recreate it where the subscription starts.
+			pc.cons, err = b.ensureConsumer(pc.sub.ctx, pc.topic, pc.sub.group, pc.partition, &pc.sub.opts, func() (uint64, error) {
+				return b.resolve(pc.sub.ctx, pc.topic, pc.sub.opts.From)
+			})
+			if err == nil {
+				backoff.Reset()
+				wait = false
+				continue
+			}
+		}
+		if err != nil {
+			pc.log.Warn("consumer lookup failed", "err", err)
+			continue
+		}
+		if takeOver {
+			if err := pc.takeOver(); err != nil {
+				pc.log.Warn("take over failed", "err", err)
+				continue
+			}
+			takeOver = false
+		}
+		it, err := cons.Messages(
+			natsjs.PullMaxMessages(min(pc.sub.opts.BatchSize, pc.sub.opts.MaxInFlight)),
+			natsjs.PullPriorityGroup(jetbus.PriorityGroup),
+		)
+		if err != nil {
+			pc.log.Warn("pull failed", "err", err)
+			continue
+		}
+		if !pc.setIter(it) {
+			return
+		}
+		err = pc.consume(it)
+		if errors.Is(err, natsjs.ErrMsgIteratorClosed) && pc.sub.stopping() {
+			return
+		}
+		it.Stop()
+		if err != nil && !errors.Is(err, natsjs.ErrMsgIteratorClosed) {
+			pc.log.Info("pull interrupted, resuming", "err", err)
+		}
+		if errors.Is(err, errDeliveryGap) {
+			backoff.Reset()
+			wait = false
+		}
+		// Deliveries sent to the pull that just ended may have been lost on the way (a
+		// reconnect, a consumer leader change): get them back now and in order rather than
+		// after the ack timeout and behind later events of their keys.
+		pc.recoverDeliveries()
+		if err == nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) {
+			backoff.Reset()
+			wait = false
+		}
+	}
+}
+
+// consume handles messages until the iterator ends.
+func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
+	handle := pc.handle
+	if n := pc.sub.opts.KeyConcurrency; n > 1 {
+		ws := pc.startWorkers(n)
+		defer ws.stop()
+		handle = ws.dispatch
+	}
+	for {
+		t0 := time.Now()
+		msg, err := it.Next()
+		if err != nil {
+			return err
+		}
+		if pc.gm != nil {
+			pc.gm.poll(time.Since(t0))
+		}
+		if pin := msg.Headers().Get("Nats-Pin-Id"); pin != "" && pin != pc.pinID {
+			pc.pinID = pin
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			pc.log.Error("message without metadata, terminated", "err", err)
+			_ = msg.TermWithReason("jetbus: no metadata")
+			continue
+		}
+		if dseq := meta.Sequence.Consumer; pc.lastDSeq != 0 && dseq > pc.lastDSeq+1 {
+			// Deliveries between the two were lost on the way to this client: this one must
+			// wait for them (the recovery delivers it again, after them).
+			return fmt.Errorf("%w: consumer sequence %d after %d", errDeliveryGap, dseq, pc.lastDSeq)
+		}
+		pc.lastDSeq = meta.Sequence.Consumer
+		if pc.sub.stopping() && !pc.sub.draining.Load() {
+			// Fetched but not started: give it back so the next owner gets it at once.
+			if err := msg.Nak(); err != nil {
+				pc.log.Debug("nak on stop failed", "err", err)
+			}
+			continue
+		}
+		handle(msg, meta)
+	}
+}
