@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/jetstream"
+)
+
+// publishers are the three publishing clients, each on its own connection.
+type publishers struct {
+	bus   *jetstream.Bus
+	js    natsjs.JetStream
+	wm    *wmnats.Publisher
+	conns []*nats.Conn
+}
+
+func (e *env) newPublishers(ctx context.Context) (*publishers, error) {
+	p := &publishers{}
+	conn := func() (*nats.Conn, error) {
+		nc, err := e.connect()
+		if err == nil {
+			p.conns = append(p.conns, nc)
+		}
+		return nc, err
+	}
+	nc, err := conn()
+	if err != nil {
+		return nil, err
+	}
+	if p.bus, err = jetstream.Open(ctx, nc, jetstream.WithAsyncMaxPending(asyncMaxPending)); err != nil {
+		p.close()
+		return nil, err
+	}
+	if nc, err = conn(); err != nil {
+		p.close()
+		return nil, err
+	}
+	if p.js, err = natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(asyncMaxPending)); err != nil {
+		p.close()
+		return nil, err
+	}
+	if nc, err = conn(); err != nil {
+		p.close()
+		return nil, err
+	}
+	if p.wm, err = newWatermillPublisher(nc); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// newWatermillPublisher is Watermill's JetStream publisher as its documentation sets it up:
+// JetStream on, message UUIDs as Nats-Msg-Id (TrackMsgId) so JetStream drops duplicates, the
+// default marshaler (payload as body, metadata and UUID as headers). Streams exist already.
+func newWatermillPublisher(nc *nats.Conn) (*wmnats.Publisher, error) {
+	return wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
+		Marshaler:         &wmnats.NATSMarshaler{},
+		SubjectCalculator: wmnats.DefaultSubjectCalculator,
+		JetStream:         wmnats.JetStreamConfig{TrackMsgId: true},
+	}, watermill.NopLogger{})
+}
+
+func (p *publishers) close() {
+	if p.bus != nil {
+		_ = p.bus.Close()
+	}
+	for _, nc := range p.conns {
+		nc.Close()
+	}
+}
+
+// publishTopics creates one topic per side under prefix and returns their names.
+func (e *env) publishTopics(ctx context.Context, prefix string, sides ...string) (map[string]string, error) {
+	topics := make(map[string]string, len(sides))
+	for _, s := range sides {
+		t := prefix + "." + s
+		if err := e.ensureTopic(ctx, t, 1); err != nil {
+			return nil, err
+		}
+		topics[s] = t
+	}
+	return topics, nil
+}
+
+func newWatermillMessage() *message.Message {
+	return message.NewMessage(watermill.NewUUID(), message.Payload(body))
+}
+
+// publishScenario measures acknowledged publish throughput: asynchronous publishes and a
+// wait for every ack on the Bus and raw sides; Watermill's Publish, which waits for each
+// ack, from one goroutine and from cfg.WatermillPublishers goroutines.
+func publishScenario(ctx context.Context, e *env, cfg Config, progress io.Writer) (*result, error) {
+	p, err := e.newPublishers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	topics, err := e.publishTopics(ctx, "peers.publish", "jetbus", "raw", "watermill", "watermillgo")
+	if err != nil {
+		return nil, err
+	}
+	n := cfg.PublishEvents
+	// timed purges the side's stream, times publish and checks every event was stored.
+	timed := func(ctx context.Context, topic string, publish func(ctx context.Context, subject string) error) ([]float64, error) {
+		if err := e.purge(ctx, topic); err != nil {
+			return nil, err
+		}
+		subject := jetbus.PartitionSubject(topic, 0)
+		t0 := time.Now()
+		if err := publish(ctx, subject); err != nil {
+			return nil, err
+		}
+		d := time.Since(t0)
+		if err := e.checkStored(ctx, topic, n); err != nil {
+			return nil, err
+		}
+		return []float64{float64(n) / d.Seconds()}, nil
+	}
+	sides := []side{
+		{"jetbus (PublishAsync)", func(ctx context.Context, _ int) ([]float64, error) {
+			return timed(ctx, topics["jetbus"], func(ctx context.Context, _ string) error {
+				for range n {
+					if _, err := p.bus.PublishAsync(ctx, topics["jetbus"], body); err != nil {
+						return err
+					}
+				}
+				return waitComplete(ctx, p.bus.PublishAsyncComplete())
+			})
+		}},
+		{"raw nats.go (PublishMsgAsync)", func(ctx context.Context, _ int) ([]float64, error) {
+			return timed(ctx, topics["raw"], func(ctx context.Context, subject string) error {
+				for range n {
+					if _, err := p.js.PublishMsgAsync(rawMsg(subject, uuid.NewString())); err != nil {
+						return err
+					}
+				}
+				return waitComplete(ctx, p.js.PublishAsyncComplete())
+			})
+		}},
+		{"watermill (Publish)", func(ctx context.Context, _ int) ([]float64, error) {
+			return timed(ctx, topics["watermill"], func(_ context.Context, subject string) error {
+				for range n {
+					if err := p.wm.Publish(subject, newWatermillMessage()); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}},
+	}
+	if g := cfg.WatermillPublishers; g > 0 {
+		sides = append(sides, side{fmt.Sprintf("watermill (Publish, %d goroutines)", g), func(ctx context.Context, _ int) ([]float64, error) {
+			return timed(ctx, topics["watermillgo"], func(_ context.Context, subject string) error {
+				return parallel(g, n, func() error { return p.wm.Publish(subject, newWatermillMessage()) })
+			})
+		}})
+	}
+	return runRounds(ctx, cfg, scenarioPublish, []metric{{"publish, acked", unitRate, true}}, sides, progress)
+}
+
+// parallel calls f n times from g goroutines and returns the first error.
+func parallel(g, n int, f func() error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, g)
+	for w := range g {
+		share := n / g
+		if w < n%g {
+			share++
+		}
+		wg.Go(func() {
+			for range share {
+				if err := f(); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// syncScenario measures the latency of one synchronous publish at a time: p50 and p99 of
+// each round's cfg.SyncEvents publishes.
+func syncScenario(ctx context.Context, e *env, cfg Config, progress io.Writer) (*result, error) {
+	p, err := e.newPublishers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	topics, err := e.publishTopics(ctx, "peers.sync", "jetbus", "raw", "watermill")
+	if err != nil {
+		return nil, err
+	}
+	n := cfg.SyncEvents
+	lat := make([]float64, n)
+	timed := func(ctx context.Context, topic string, publish func(ctx context.Context, subject string) error) ([]float64, error) {
+		if err := e.purge(ctx, topic); err != nil {
+			return nil, err
+		}
+		subject := jetbus.PartitionSubject(topic, 0)
+		for i := range n {
+			t0 := time.Now()
+			if err := publish(ctx, subject); err != nil {
+				return nil, err
+			}
+			lat[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+		}
+		if err := e.checkStored(ctx, topic, n); err != nil {
+			return nil, err
+		}
+		slices.Sort(lat)
+		return []float64{percentile(lat, 50), percentile(lat, 99)}, nil
+	}
+	sides := []side{
+		{"jetbus (Publish)", func(ctx context.Context, _ int) ([]float64, error) {
+			return timed(ctx, topics["jetbus"], func(ctx context.Context, _ string) error {
+				_, err := p.bus.Publish(ctx, topics["jetbus"], body)
+				return err
+			})
+		}},
+		{"raw nats.go (PublishMsg)", func(ctx context.Context, _ int) ([]float64, error) {
+			return timed(ctx, topics["raw"], func(ctx context.Context, subject string) error {
+				_, err := p.js.PublishMsg(ctx, rawMsg(subject, uuid.NewString()))
+				return err
+			})
+		}},
+		{"watermill (Publish)", func(ctx context.Context, _ int) ([]float64, error) {
+			return timed(ctx, topics["watermill"], func(_ context.Context, subject string) error {
+				return p.wm.Publish(subject, newWatermillMessage())
+			})
+		}},
+	}
+	metrics := []metric{{"sync publish p50", unitLatency, false}, {"sync publish p99", unitLatency, false}}
+	return runRounds(ctx, cfg, scenarioSync, metrics, sides, progress)
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// format renders a value of unit: rates in thousands ("104.5k"), latencies with one decimal.
+func format(v float64, unit string) string {
+	if unit == unitRate {
+		return strconv.FormatFloat(v/1000, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+// Units of the metrics.
+const (
+	unitRate    = "msgs/s"
+	unitLatency = "µs"
+)
+
+// writeTable writes one Markdown table of every result: per metric, one row per side with
+// min, median and max over the rounds and the ratio of medians jetbus ÷ side.
+func writeTable(w io.Writer, results []*result) {
+	fmt.Fprintln(w, "| scenario | side | min | median | max | jetbus ÷ side (medians) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	for _, res := range results {
+		for m, mt := range res.metrics {
+			_, busMed, _ := stats(res.values[0][m])
+			for i, name := range res.sides {
+				lo, med, hi := stats(res.values[i][m])
+				label := ""
+				if i == 0 {
+					label = fmt.Sprintf("%s (%s, %d rounds)", mt.name, mt.unit, len(res.values[i][m]))
+				}
+				ratio := "—"
+				if i > 0 && med > 0 {
+					ratio = strconv.FormatFloat(busMed/med, 'f', 2, 64)
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", label, name,
+					format(lo, mt.unit), format(med, mt.unit), format(hi, mt.unit), ratio)
+			}
+		}
+	}
+}
