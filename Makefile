@@ -2,7 +2,7 @@
 GO        ?= go
 PKGS      ?= ./...
 
-.PHONY: all build test test-short vet fmt-check lint bench soak dev clean
+.PHONY: all build test test-short vet fmt-check lint bench bench-peers soak dev clean
 
 all: build test
 
@@ -36,6 +36,13 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count $(COUNT) -timeout 30m ./embeddedtest/minimongo/
 	$(GO) test -run '^$$' -bench 'Publish|Validate' -benchtime 3000x -count $(COUNT) -timeout 30m ./schema/
 	$(GO) test -run '^$$' -bench 'Rebalance|Consume' -benchtime 3x -count $(COUNT) -timeout 30m ./partition/
+
+## bench-peers: the Bus against Watermill and raw nats.go in one run (nested module bench/peers,
+## so Watermill stays out of jetbus's module graph; figures in BENCHMARKS.md). PEERS_FLAGS
+## passes flags, e.g. PEERS_FLAGS='-rounds 9 -scenarios consume,decode'.
+PEERS_FLAGS ?=
+bench-peers:
+	cd bench/peers && $(GO) vet ./... && $(GO) run . $(PEERS_FLAGS)
 
 ## soak: the churn and cluster tests, repeated (make test runs them once; test-short shrinks them).
 SOAK ?= 5
