@@ -93,7 +93,7 @@ func consumeScenario(ctx context.Context, e *env, cfg Config, name string, topic
 	if name == scenarioDecode {
 		label = "consume + ack, JSON-decoding handler"
 	}
-	return runRounds(ctx, cfg, name, []metric{{label, unitRate, true}}, sides, progress)
+	return runRounds(ctx, cfg, name, n, []metric{{label, unitRate, true}}, sides, progress)
 }
 
 // counter counts handled events and closes done at the n-th.

@@ -51,4 +51,12 @@
 //     stream is purged before each timed run.
 //   - Server and clients share the process, so they share the garbage collector and the
 //     cores: a side's allocations cost the server time as well.
+//   - Beside each rate or latency the table gives the process's CPU time (user + system)
+//     per event during the side's run: the client's work and the server's work it causes.
+//     It includes the Go scheduler spinning while threads wait, so in latency-bound runs
+//     (sync publish, Watermill's awaited acks) it says more about the waits than the work.
+//   - With -cpuprofile, every side runs under pprof labels "scenario" and "side", which the
+//     goroutines its client starts inherit (the server's goroutines carry nats-server's own
+//     labels, such as "stream" and "consumer"): go tool pprof -tags, or
+//     -tagfocus 'side=jetbus (Subscribe)', splits the profile by side.
 package main

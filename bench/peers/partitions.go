@@ -53,7 +53,7 @@ func partitionsScenario(ctx context.Context, e *env, cfg Config, progress io.Wri
 		}},
 	}
 	label := fmt.Sprintf("%d partitions, consume + ack, no-op handler", cfg.Partitions)
-	return runRounds(ctx, cfg, scenarioPartitions, []metric{{label, unitRate, true}}, sides, progress)
+	return runRounds(ctx, cfg, scenarioPartitions, n, []metric{{label, unitRate, true}}, sides, progress)
 }
 
 // consumePartitioned is one member of a fresh group through partition.Subscribe (default TTL,

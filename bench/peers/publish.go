@@ -170,7 +170,7 @@ func publishScenario(ctx context.Context, e *env, cfg Config, progress io.Writer
 			})
 		}})
 	}
-	return runRounds(ctx, cfg, scenarioPublish, []metric{{"publish, acked", unitRate, true}}, sides, progress)
+	return runRounds(ctx, cfg, scenarioPublish, n, []metric{{"publish, acked", unitRate, true}}, sides, progress)
 }
 
 // parallel calls f n times from g goroutines and returns the first error.
@@ -247,5 +247,5 @@ func syncScenario(ctx context.Context, e *env, cfg Config, progress io.Writer) (
 		}},
 	}
 	metrics := []metric{{"sync publish p50", unitLatency, false}, {"sync publish p99", unitLatency, false}}
-	return runRounds(ctx, cfg, scenarioSync, metrics, sides, progress)
+	return runRounds(ctx, cfg, scenarioSync, n, metrics, sides, progress)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 )
@@ -25,17 +26,21 @@ type side struct {
 }
 
 // result is a scenario's figures: values[side][metric][round]. The first side is the Bus.
+// cpu[side][round] is the process's CPU time (user + system: the side's client and the
+// server work it causes, set-up included) per event of the run, in µs.
 type result struct {
 	metrics []metric
 	sides   []string
 	values  [][][]float64
+	cpu     [][]float64
 }
 
 // runRounds runs every side once per round. The order rotates by one each round, so each
 // side goes first in some round and follows a different side, and the garbage of one side is
-// collected before the next starts. Progress goes to progress, one line per side and round.
-func runRounds(ctx context.Context, cfg Config, scenario string, metrics []metric, sides []side, progress io.Writer) (*result, error) {
-	res := &result{metrics: metrics, values: make([][][]float64, len(sides))}
+// collected before the next starts. events is how many events one run of a side handles.
+// Progress goes to progress, one line per side and round.
+func runRounds(ctx context.Context, cfg Config, scenario string, events int, metrics []metric, sides []side, progress io.Writer) (*result, error) {
+	res := &result{metrics: metrics, values: make([][][]float64, len(sides)), cpu: make([][]float64, len(sides))}
 	for i, s := range sides {
 		res.sides = append(res.sides, s.name)
 		res.values[i] = make([][]float64, len(metrics))
@@ -45,7 +50,15 @@ func runRounds(ctx context.Context, cfg Config, scenario string, metrics []metri
 			i := (r + k) % len(sides)
 			runtime.GC()
 			sctx, cancel := context.WithTimeout(ctx, cfg.SideTimeout)
-			vals, err := sides[i].run(sctx, r)
+			var err error
+			var vals []float64
+			cpu0 := cpuTime()
+			// Labels let a CPU profile (-cpuprofile) be split by side: pprof -tagfocus
+			// side=... (the client goroutines a side starts inherit them; the server's do not).
+			pprof.Do(sctx, pprof.Labels("scenario", scenario, "side", sides[i].name), func(ctx context.Context) {
+				vals, err = sides[i].run(ctx, r)
+			})
+			cpu := cpuTime() - cpu0
 			cancel()
 			if err != nil {
 				return nil, fmt.Errorf("%s, round %d, %s: %w", scenario, r+1, sides[i].name, err)
@@ -53,11 +66,14 @@ func runRounds(ctx context.Context, cfg Config, scenario string, metrics []metri
 			if len(vals) != len(metrics) {
 				return nil, fmt.Errorf("%s, %s: %d values for %d metrics", scenario, sides[i].name, len(vals), len(metrics))
 			}
-			parts := make([]string, len(vals))
+			parts := make([]string, len(vals), len(vals)+1)
 			for m, v := range vals {
 				res.values[i][m] = append(res.values[i][m], v)
 				parts[m] = fmt.Sprintf("%s %s", format(v, metrics[m].unit), metrics[m].unit)
 			}
+			perEvent := float64(cpu.Nanoseconds()) / 1e3 / float64(events)
+			res.cpu[i] = append(res.cpu[i], perEvent)
+			parts = append(parts, fmt.Sprintf("CPU %.1f µs/event", perEvent))
 			fmt.Fprintf(progress, "%s: round %d/%d %-40s %s\n", scenario, r+1, cfg.Rounds, sides[i].name, strings.Join(parts, ", "))
 		}
 	}

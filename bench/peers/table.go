@@ -21,10 +21,11 @@ const (
 )
 
 // writeTable writes one Markdown table of every result: per metric, one row per side with
-// min, median and max over the rounds and the ratio of medians jetbus ÷ side.
+// min, median and max over the rounds, the ratio of medians jetbus ÷ side, and the median of
+// the process CPU time per event.
 func writeTable(w io.Writer, results []*result) {
-	fmt.Fprintln(w, "| scenario | side | min | median | max | jetbus ÷ side (medians) |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | side | min | median | max | jetbus ÷ side (medians) | process CPU µs/event (median) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
 	for _, res := range results {
 		for m, mt := range res.metrics {
 			_, busMed, _ := stats(res.values[0][m])
@@ -38,8 +39,9 @@ func writeTable(w io.Writer, results []*result) {
 				if i > 0 && med > 0 {
 					ratio = strconv.FormatFloat(busMed/med, 'f', 2, 64)
 				}
-				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", label, name,
-					format(lo, mt.unit), format(med, mt.unit), format(hi, mt.unit), ratio)
+				_, cpu, _ := stats(res.cpu[i])
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f |\n", label, name,
+					format(lo, mt.unit), format(med, mt.unit), format(hi, mt.unit), ratio, cpu)
 			}
 		}
 	}
