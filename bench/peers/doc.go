@@ -53,8 +53,8 @@
 //     cores: a side's allocations cost the server time as well.
 //   - Beside each rate or latency the table gives the process's CPU time (user + system)
 //     per event during the side's run: the client's work and the server's work it causes.
-//     It includes the Go scheduler spinning while threads wait, so in latency-bound runs
-//     (sync publish, Watermill's awaited acks) it says more about the waits than the work.
+//     With one message in flight at a time (sync publish, Watermill's awaited acks) it is
+//     mostly system calls and waking goroutines and threads, more than the sides' own work.
 //   - With -cpuprofile, every side runs under pprof labels "scenario" and "side", which the
 //     goroutines its client starts inherit (the server's goroutines carry nats-server's own
 //     labels, such as "stream" and "consumer"): go tool pprof -tags, or
