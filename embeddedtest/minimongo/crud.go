@@ -160,15 +160,46 @@ func (r *request) write(c *collection, key string, doc bson.D, ev *event) error 
 	return nil
 }
 
-// ensureColl returns the named collection of the request's database,
-// creating it implicitly. A transaction that creates a collection and then
-// aborts removes it again.
-func (r *request) ensureColl(name string) (*collection, error) {
-	c, created, err := r.st.ensureColl(r.db, name)
-	if err == nil && created && r.tx != nil {
-		r.tx.created = append(r.tx.created, c)
+// coll returns the named collection of the request's database as the
+// request sees it: a transaction also sees the collections it created.
+func (r *request) coll(name string) *collection {
+	if r.tx != nil && r.tx.newColls != nil {
+		if c := r.tx.newColls[r.db+"."+name]; c != nil {
+			return c
+		}
 	}
+	return r.st.getColl(r.db, name)
+}
+
+// ensureColl returns the named collection of the request's database,
+// creating it implicitly. A collection created by a transaction stays private
+// to it until it commits: nothing outside sees it, and an abort leaves
+// nothing behind.
+func (r *request) ensureColl(name string) (*collection, error) {
+	c, _, err := r.ensureCollCreated(name)
 	return c, err
+}
+
+func (r *request) ensureCollCreated(name string) (*collection, bool, error) {
+	if r.tx == nil {
+		return r.st.ensureColl(r.db, name)
+	}
+	if c := r.coll(name); c != nil {
+		return c, false, nil
+	}
+	if err := validDBName(r.db); err != nil {
+		return nil, false, err
+	}
+	if err := validCollName(r.db, name); err != nil {
+		return nil, false, err
+	}
+	c := newCollection(r.db, name)
+	if r.tx.newColls == nil {
+		r.tx.newColls = map[string]*collection{}
+	}
+	r.tx.newColls[c.ns()] = c
+	r.tx.newOrder = append(r.tx.newOrder, c)
+	return c, true, nil
 }
 
 // prepareInsert gives doc an _id (first) and validates it.
@@ -298,7 +329,7 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 		return nil, err
 	}
 	res := &updateResult{}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c != nil {
 		v := r.view()
 		var matched []keyedDoc
@@ -582,7 +613,7 @@ func (r *request) deleteStmt(name string, stmt bson.D) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return 0, nil
 	}
@@ -611,7 +642,7 @@ func (r *request) deleteStmt(name string, stmt bson.D) (int32, error) {
 
 // checkHint fails when a hint names no existing index.
 func (r *request) checkHint(coll string, hint any) error {
-	c := r.st.getColl(r.db, coll)
+	c := r.coll(coll)
 	if c == nil || hint == nil {
 		return nil
 	}
@@ -648,7 +679,7 @@ func (r *request) query(name string, filter, sortSpec bson.D, skip, limit int64)
 			return nil, err
 		}
 	}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return nil, nil
 	}
@@ -933,7 +964,7 @@ func cmdFindAndModify(r *request) (bson.D, error) {
 		}
 		n := int32(0)
 		if len(docs) > 0 {
-			c := r.st.getColl(r.db, name)
+			c := r.coll(name)
 			id, _ := lookupField(docs[0], "_id")
 			key := idKey(id)
 			if err := r.waitUnlocked(c, key); err != nil {
@@ -1021,7 +1052,7 @@ func cmdAggregate(r *request) (bson.D, error) {
 		}
 	}
 	stages, err := parsePipeline(pipeline, func(coll string) []bson.D {
-		c := r.st.getColl(r.db, coll)
+		c := r.coll(coll)
 		if c == nil {
 			return nil
 		}
@@ -1043,7 +1074,7 @@ func cmdAggregate(r *request) (bson.D, error) {
 		}
 	}
 	var docs []bson.D
-	if c := r.st.getColl(r.db, name); c != nil {
+	if c := r.coll(name); c != nil {
 		for _, kd := range r.view().all(c) {
 			docs = append(docs, kd.doc)
 		}
@@ -1080,9 +1111,12 @@ func cmdCreateIndexes(r *request) (bson.D, error) {
 		}
 		parsed = append(parsed, ix)
 	}
-	c, created, err := r.st.ensureColl(r.db, name)
+	c, created, err := r.ensureCollCreated(name)
 	if err != nil {
 		return nil, err
+	}
+	if r.tx != nil && r.tx.newColls[c.ns()] != c {
+		return nil, newErr(codeOperationNotSupportedInTx, "Cannot create new indexes on existing collection %s in a multi-document transaction.", c.ns())
 	}
 	before := int32(len(c.indexes))
 	var added []*index
@@ -1134,7 +1168,7 @@ func cmdListIndexes(r *request) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return nil, newErr(codeNamespaceNotFound, "ns does not exist: %s.%s", r.db, name)
 	}
@@ -1153,7 +1187,7 @@ func cmdDropIndexes(r *request) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return nil, newErr(codeNamespaceNotFound, "ns not found %s.%s", r.db, name)
 	}

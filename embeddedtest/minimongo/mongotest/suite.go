@@ -46,6 +46,7 @@ func Run(t *testing.T, setup func(t *testing.T) Env) {
 		{"ChangeStream", changeStreamTests},
 		{"Errors", errorTests},
 		{"Extras", extraTests},
+		{"FailPoint", failPointTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
