@@ -47,6 +47,7 @@ func Run(t *testing.T, setup func(t *testing.T) Env) {
 		{"Errors", errorTests},
 		{"Extras", extraTests},
 		{"FailPoint", failPointTests},
+		{"Faults", faultTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
