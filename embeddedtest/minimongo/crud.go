@@ -1,6 +1,8 @@
 package minimongo
 
 import (
+	"time"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -202,6 +204,56 @@ func (r *request) ensureCollCreated(name string) (*collection, bool, error) {
 	return c, true, nil
 }
 
+// dollarKey finds a '$'-prefixed field name in v, at any depth.
+func dollarKey(v any) (string, bool) {
+	switch x := v.(type) {
+	case bson.D:
+		for _, e := range x {
+			if len(e.Key) > 0 && e.Key[0] == '$' {
+				return e.Key, true
+			}
+			if k, ok := dollarKey(e.Value); ok {
+				return k, true
+			}
+		}
+	case bson.A:
+		for _, e := range x {
+			if k, ok := dollarKey(e); ok {
+				return k, true
+			}
+		}
+	}
+	return "", false
+}
+
+// letVars returns the variables of the command's let option, with NOW and
+// CLUSTER_TIME.
+func (r *request) letVars() (exprVars, error) {
+	vars := exprVars{"NOW": bson.NewDateTimeFromTime(time.Now()), "CLUSTER_TIME": r.st.clusterTime()}
+	v, ok := r.arg("let")
+	if !ok || v == nil {
+		return vars, nil
+	}
+	d, ok := v.(bson.D)
+	if !ok {
+		return nil, newErr(codeTypeMismatch, "BSON field '%s.let' is the wrong type '%s', expected type 'object'", r.name, typeName(v))
+	}
+	for _, e := range d {
+		if e.Key == "" || !(e.Key[0] >= 'a' && e.Key[0] <= 'z' || e.Key[0] >= 0x80) {
+			return nil, newErr(16870, "'%s' starts with an invalid character for a user variable name", e.Key)
+		}
+		val, present, err := evalExprV(e.Value, bson.D{}, vars)
+		if err != nil {
+			return nil, err
+		}
+		if !present {
+			val = nil
+		}
+		vars[e.Key] = val
+	}
+	return vars, nil
+}
+
 // prepareInsert gives doc an _id (first) and validates it.
 func prepareInsert(doc bson.D) (bson.D, any, error) {
 	id, ok := lookupField(doc, "_id")
@@ -209,11 +261,15 @@ func prepareInsert(doc bson.D) (bson.D, any, error) {
 		id = bson.NewObjectID()
 		return append(bson.D{{Key: "_id", Value: id}}, doc...), id, nil
 	}
-	switch id.(type) {
+	switch x := id.(type) {
 	case bson.A:
 		return nil, nil, newErr(codeInvalidIdField, "The '_id' value cannot be of type array")
 	case bson.Regex:
 		return nil, nil, newErr(codeInvalidIdField, "can't use a regex for _id")
+	case bson.D:
+		if k, ok := dollarKey(x); ok {
+			return nil, nil, newErr(codeDollarPrefixedField, "_id fields may not contain '$'-prefixed fields: %s is not valid for storage.", k)
+		}
 	}
 	if doc[0].Key != "_id" {
 		out := bson.D{{Key: "_id", Value: id}}
@@ -316,8 +372,8 @@ type updateResult struct {
 }
 
 // updateDocs executes one update statement.
-func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi bool, sortSpec bson.D) (*updateResult, error) {
-	spec, err := parseUpdate(uAny)
+func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi bool, sortSpec bson.D, opts updateOpts) (*updateResult, error) {
+	spec, err := parseUpdateWith(uAny, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +503,8 @@ func cmdUpdate(r *request) (bson.D, error) {
 	if err := r.checkFields("updates", "ordered", "bypassDocumentValidation", "let"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("let"); err != nil {
+	vars, err := r.letVars()
+	if err != nil {
 		return nil, err
 	}
 	name, err := r.collName()
@@ -467,7 +524,7 @@ func cmdUpdate(r *request) (bson.D, error) {
 		if !ok {
 			return nil, newErr(codeTypeMismatch, "update statements must be objects")
 		}
-		res, err := r.updateStmt(name, stmt)
+		res, err := r.updateStmt(name, stmt, vars)
 		if err != nil {
 			if r.topLevelError(err) {
 				return nil, err
@@ -496,11 +553,12 @@ func cmdUpdate(r *request) (bson.D, error) {
 	return okReply(reply...), nil
 }
 
-func (r *request) updateStmt(name string, stmt bson.D) (*updateResult, error) {
+func (r *request) updateStmt(name string, stmt bson.D, vars exprVars) (*updateResult, error) {
 	var q bson.D
 	var u any
 	var upsert, multi bool
 	var sortSpec bson.D
+	opts := updateOpts{vars: vars}
 	for _, e := range stmt {
 		switch e.Key {
 		case "q":
@@ -515,13 +573,19 @@ func (r *request) updateStmt(name string, stmt bson.D) (*updateResult, error) {
 			upsert = truthy(e.Value)
 		case "multi":
 			multi = truthy(e.Value)
-		case "sort":
-			sortSpec, _ = e.Value.(bson.D)
 		case "hint":
 			if err := r.checkHint(name, e.Value); err != nil {
 				return nil, err
 			}
-		case "arrayFilters", "collation", "c", "upsertSupplied":
+		case "arrayFilters":
+			if e.Value != nil {
+				a, ok := e.Value.(bson.A)
+				if !ok {
+					return nil, newErr(codeTypeMismatch, "BSON field 'update.updates.arrayFilters' is the wrong type '%s', expected type 'array'", typeName(e.Value))
+				}
+				opts.arrayFilters = a
+			}
+		case "collation", "c", "upsertSupplied":
 			if err := stmtRejects(stmt, "update", e.Key); err != nil {
 				return nil, err
 			}
@@ -533,7 +597,7 @@ func (r *request) updateStmt(name string, stmt bson.D) (*updateResult, error) {
 		return nil, newErr(codeFailedToParse, "BSON field 'update.updates.u' is missing but a required field")
 	}
 	ud, _ := u.(bson.D)
-	return r.updateDocs(name, q, ud, u, upsert, multi, sortSpec)
+	return r.updateDocs(name, q, ud, u, upsert, multi, sortSpec, opts)
 }
 
 func cmdDelete(r *request) (bson.D, error) {
@@ -902,8 +966,20 @@ func cmdFindAndModify(r *request) (bson.D, error) {
 		"bypassDocumentValidation", "collation", "arrayFilters", "hint", "let"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("collation", "arrayFilters", "let"); err != nil {
+	if err := r.rejectOptions("collation"); err != nil {
 		return nil, err
+	}
+	vars, err := r.letVars()
+	if err != nil {
+		return nil, err
+	}
+	opts := updateOpts{vars: vars}
+	if af, ok := r.arg("arrayFilters"); ok && af != nil {
+		a, isArr := af.(bson.A)
+		if !isArr {
+			return nil, newErr(codeTypeMismatch, "BSON field 'findAndModify.arrayFilters' is the wrong type '%s', expected type 'array'", typeName(af))
+		}
+		opts.arrayFilters = a
 	}
 	name, err := r.collName()
 	if err != nil {
@@ -995,7 +1071,7 @@ func cmdFindAndModify(r *request) (bson.D, error) {
 			}
 		}
 		ud, _ := upd.(bson.D)
-		res, err := r.updateDocs(name, filter, ud, upd, upsert, false, nil)
+		res, err := r.updateDocs(name, filter, ud, upd, upsert, false, nil, opts)
 		if err != nil {
 			return nil, err
 		}

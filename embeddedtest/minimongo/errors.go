@@ -42,6 +42,7 @@ const (
 	codeUnrecognizedStage         = 40324
 	codeInvalidPipelineOperator   = 168
 	codeDocumentValidation        = 121
+	codeDollarPrefixedField       = 52
 )
 
 var codeNames = map[int32]string{

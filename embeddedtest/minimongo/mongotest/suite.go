@@ -48,6 +48,7 @@ func Run(t *testing.T, setup func(t *testing.T) Env) {
 		{"Extras", extraTests},
 		{"FailPoint", failPointTests},
 		{"Faults", faultTests},
+		{"PipelineUpdate", pipelineUpdateTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
