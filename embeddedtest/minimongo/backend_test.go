@@ -86,8 +86,10 @@ func TestUnsupportedFailsLoudly(t *testing.T) {
 	requireCode(t, err, 2, "showExpandedEvents")
 	_, err = coll.Watch(ctx, bson.A{d("$group", d("_id", nil))})
 	requireCode(t, err, 20, "$group")
-	err = db.RunCommand(ctx, d("renameCollection", "u.c", "to", "u.d")).Err()
-	requireCode(t, err, 59, "renameCollection")
+	err = c.Database("admin").RunCommand(ctx, d("renameCollection", "u.c", "to", "other.d")).Err()
+	requireCode(t, err, 2, "renameCollection across databases")
+	err = db.RunCommand(ctx, d("collMod", "c", "validator", d("$jsonSchema", d("required", bson.A{"a"})))).Err()
+	requireCode(t, err, 2, "$jsonSchema")
 	// nothing was changed by the rejected writes
 	raw, err := coll.FindOne(ctx, d("_id", 1)).Raw()
 	require.NoError(t, err)

@@ -119,6 +119,8 @@ func init() {
 		"commitTransaction":  cmdCommitTransaction,
 		"abortTransaction":   cmdAbortTransaction,
 		"configureFailPoint": cmdConfigureFailPoint,
+		"renameCollection":   cmdRenameCollection,
+		"collMod":            cmdCollMod,
 	}
 }
 
@@ -468,10 +470,7 @@ func collInfo(c *collection, nameOnly bool) bson.D {
 	if nameOnly {
 		return bson.D{{Key: "name", Value: c.name}, {Key: "type", Value: "collection"}}
 	}
-	opts := bson.D{}
-	if c.prePostImages {
-		opts = append(opts, bson.E{Key: "changeStreamPreAndPostImages", Value: bson.D{{Key: "enabled", Value: true}}})
-	}
+	opts := c.options()
 	return bson.D{
 		{Key: "name", Value: c.name},
 		{Key: "type", Value: "collection"},
@@ -520,8 +519,16 @@ func cmdCreate(r *request) (bson.D, error) {
 		return nil, newErr(codeTypeMismatch, "collection name has invalid type %s", typeName(r.cmd[0].Value))
 	}
 	images := false
+	var v validation
+	if err := parseValidation(r, &v); err != nil {
+		return nil, err
+	}
 	for _, e := range r.cmd[1:] {
 		if genericFields[e.Key] {
+			continue
+		}
+		switch e.Key {
+		case "validator", "validationLevel", "validationAction":
 			continue
 		}
 		if e.Key == "changeStreamPreAndPostImages" {
@@ -543,6 +550,9 @@ func cmdCreate(r *request) (bson.D, error) {
 		return nil, err
 	}
 	c.prePostImages = images
+	if v.validator != nil || v.level != "" || v.action != "" {
+		c.validation = &v
+	}
 	return okReply(), nil
 }
 

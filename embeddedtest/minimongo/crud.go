@@ -134,6 +134,11 @@ func (r *request) waitIndexKeys(c *collection, doc bson.D) (bool, error) {
 
 // write applies (or, inside a transaction, buffers) one document write.
 func (r *request) write(c *collection, key string, doc bson.D, ev *event) error {
+	if c.validation != nil {
+		if err := r.validate(c, key, doc); err != nil {
+			return err
+		}
+	}
 	ev.db, ev.coll, ev.images = c.db, c.name, c.prePostImages
 	if r.tx != nil {
 		if err := r.tx.lock(r.st, c, key); err != nil {

@@ -25,6 +25,7 @@ type collection struct {
 	order         []string // cached keys in natural order; nil when stale
 	indexes       []*index
 	prePostImages bool
+	validation    *validation
 }
 
 func (c *collection) ns() string { return c.db + "." + c.name }

@@ -49,6 +49,7 @@ func Run(t *testing.T, setup func(t *testing.T) Env) {
 		{"FailPoint", failPointTests},
 		{"Faults", faultTests},
 		{"PipelineUpdate", pipelineUpdateTests},
+		{"DDL", ddlTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
