@@ -85,9 +85,16 @@ func sortDocs(docs []bson.D, keys []sortKey) {
 
 // ---- expressions ----
 
+// exprVars holds the variables an expression may refer to besides ROOT,
+// CURRENT and REMOVE: NOW and those a command's let defines.
+type exprVars map[string]any
+
 // evalExpr evaluates an aggregation expression against doc. The boolean
 // result is false when the expression evaluates to a missing value.
-func evalExpr(expr any, doc bson.D) (any, bool, error) {
+func evalExpr(expr any, doc bson.D) (any, bool, error) { return evalExprV(expr, doc, nil) }
+
+// evalExprV evaluates an expression with variables.
+func evalExprV(expr any, doc bson.D, vars exprVars) (any, bool, error) {
 	switch x := expr.(type) {
 	case string:
 		if strings.HasPrefix(x, "$$") {
@@ -104,6 +111,12 @@ func evalExpr(expr any, doc bson.D) (any, bool, error) {
 				return evalPath(doc, strings.Split(rest, "."))
 			case "REMOVE":
 				return nil, false, nil
+			}
+			if v, ok := vars[name]; ok {
+				if rest == "" {
+					return v, true, nil
+				}
+				return evalPath(v, strings.Split(rest, "."))
 			}
 			return nil, false, newErr(17276, "Use of undefined variable: %s", name)
 		}
@@ -122,11 +135,11 @@ func evalExpr(expr any, doc bson.D) (any, bool, error) {
 			if x[0].Key == "$literal" {
 				return x[0].Value, true, nil
 			}
-			return evalOperator(x[0].Key, x[0].Value, doc)
+			return evalOperator(x[0].Key, x[0].Value, doc, vars)
 		}
 		out := bson.D{}
 		for _, e := range x {
-			v, ok, err := evalExpr(e.Value, doc)
+			v, ok, err := evalExprV(e.Value, doc, vars)
 			if err != nil {
 				return nil, false, err
 			}
@@ -138,7 +151,7 @@ func evalExpr(expr any, doc bson.D) (any, bool, error) {
 	case bson.A:
 		out := bson.A{}
 		for _, e := range x {
-			v, ok, err := evalExpr(e, doc)
+			v, ok, err := evalExprV(e, doc, vars)
 			if err != nil {
 				return nil, false, err
 			}
@@ -198,6 +211,7 @@ type projection struct {
 	root      *projNode
 	inclusion bool
 	idOff     bool
+	vars      exprVars
 }
 
 func (n *projNode) child(k string) *projNode {
@@ -292,13 +306,13 @@ func parseProjection(spec bson.D) (*projection, error) {
 
 func (p *projection) apply(doc bson.D) (bson.D, error) {
 	if p.inclusion {
-		return includeDoc(doc, doc, p.root, p.idOff, true)
+		return includeDoc(doc, doc, p.root, p.idOff, true, p.vars)
 	}
 	out := excludeDoc(doc, p.root)
 	return out, nil
 }
 
-func includeDoc(root, doc bson.D, n *projNode, idOff, top bool) (bson.D, error) {
+func includeDoc(root, doc bson.D, n *projNode, idOff, top bool, vars exprVars) (bson.D, error) {
 	out := bson.D{}
 	for _, e := range doc {
 		c := n.children[e.Key]
@@ -314,7 +328,7 @@ func includeDoc(root, doc bson.D, n *projNode, idOff, top bool) (bson.D, error) 
 		}
 		switch v := e.Value.(type) {
 		case bson.D:
-			sub, err := includeDoc(root, v, c, false, false)
+			sub, err := includeDoc(root, v, c, false, false, vars)
 			if err != nil {
 				return nil, err
 			}
@@ -323,7 +337,7 @@ func includeDoc(root, doc bson.D, n *projNode, idOff, top bool) (bson.D, error) 
 			arr := bson.A{}
 			for _, x := range v {
 				if d, ok := x.(bson.D); ok {
-					sub, err := includeDoc(root, d, c, false, false)
+					sub, err := includeDoc(root, d, c, false, false, vars)
 					if err != nil {
 						return nil, err
 					}
@@ -338,7 +352,7 @@ func includeDoc(root, doc bson.D, n *projNode, idOff, top bool) (bson.D, error) 
 		if !c.hasExpr {
 			continue
 		}
-		v, ok, err := evalExpr(c.expr, root)
+		v, ok, err := evalExprV(c.expr, root, vars)
 		if err != nil {
 			return nil, err
 		}
@@ -388,17 +402,26 @@ type stage struct {
 	run  func(in []bson.D) ([]bson.D, error)
 }
 
+// unsupportedStages are MongoDB 7/8's aggregation stages this server does not
+// implement; any other unknown name is not a stage at all (40324).
 var unsupportedStages = map[string]bool{
 	"$facet": true, "$out": true, "$merge": true, "$bucket": true, "$bucketAuto": true,
 	"$sample": true, "$graphLookup": true, "$densify": true, "$fill": true,
 	"$geoNear": true, "$indexStats": true, "$collStats": true, "$redact": true, "$setWindowFields": true,
 	"$unionWith": true, "$currentOp": true, "$listSessions": true, "$documents": true, "$search": true,
+	"$searchMeta": true, "$vectorSearch": true, "$listSearchIndexes": true, "$listLocalSessions": true,
+	"$listSampledQueries": true, "$listCatalog": true, "$listClusterCatalog": true, "$planCacheStats": true,
+	"$shardedDataDistribution": true, "$changeStreamSplitLargeEvent": true, "$querySettings": true,
+	"$queryStats": true, "$rankFusion": true, "$scoreFusion": true, "$score": true,
 }
 
 // parseStage validates one pipeline stage and returns its implementation.
 // lookup resolves the collections of $lookup; nil where $lookup is not
 // allowed (change streams).
-func parseStage(raw any, lookup collLookup) (*stage, error) {
+func parseStage(raw any, lookup collLookup) (*stage, error) { return parseStageV(raw, lookup, nil) }
+
+// parseStageV is parseStage for stages whose expressions may use variables.
+func parseStageV(raw any, lookup collLookup, vars exprVars) (*stage, error) {
 	d, ok := raw.(bson.D)
 	if !ok || len(d) != 1 {
 		return nil, newErr(40323, "A pipeline stage specification object must contain exactly one field.")
@@ -469,6 +492,7 @@ func parseStage(raw any, lookup collLookup) (*stage, error) {
 		if err != nil {
 			return nil, err
 		}
+		p.vars = vars
 		st.run = mapDocs(p.apply)
 	case "$unset":
 		var fields bson.D
@@ -499,7 +523,7 @@ func parseStage(raw any, lookup collLookup) (*stage, error) {
 		st.run = mapDocs(func(doc bson.D) (bson.D, error) {
 			out := copyDoc(doc)
 			for _, e := range ad {
-				v, ok, err := evalExpr(e.Value, doc)
+				v, ok, err := evalExprV(e.Value, doc, vars)
 				if err != nil {
 					return nil, err
 				}
@@ -526,7 +550,7 @@ func parseStage(raw any, lookup collLookup) (*stage, error) {
 			expr = nr
 		}
 		st.run = mapDocs(func(doc bson.D) (bson.D, error) {
-			v, _, err := evalExpr(expr, doc)
+			v, _, err := evalExprV(expr, doc, vars)
 			if err != nil {
 				return nil, err
 			}

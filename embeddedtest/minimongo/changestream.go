@@ -14,8 +14,10 @@ import (
 type event struct {
 	ts        bson.Timestamp
 	wall      time.Time
-	op        string // insert update replace delete drop dropDatabase
+	op        string // insert update replace delete drop dropDatabase rename
 	db, coll  string
+	toDB      string // rename target
+	toColl    string
 	docKey    bson.D
 	fullDoc   bson.D // inserted/replacement document, or post-image of an update
 	preImage  bson.D
@@ -146,7 +148,7 @@ func (cs *changeStream) watches(ev *event) bool {
 	case cs.coll == "":
 		return ev.db == cs.db
 	}
-	return ev.db == cs.db && ev.coll == cs.coll
+	return ev.db == cs.db && ev.coll == cs.coll || ev.op == "rename" && ev.toDB == cs.db && ev.toColl == cs.coll
 }
 
 // invalidates reports whether ev ends the stream.
@@ -157,7 +159,7 @@ func (cs *changeStream) invalidates(ev *event) bool {
 	case cs.coll == "":
 		return ev.op == "dropDatabase" && ev.db == cs.db
 	}
-	return ev.op == "drop" && ev.db == cs.db && ev.coll == cs.coll
+	return (ev.op == "drop" || ev.op == "rename") && cs.watches(ev)
 }
 
 var streamStages = map[string]bool{
@@ -443,6 +445,9 @@ func (st *storage) renderEvent(cs *changeStream, ev *event) (bson.D, error) {
 		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}, {Key: "coll", Value: ev.coll}}})
 	case "dropDatabase":
 		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}}})
+	case "rename":
+		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}, {Key: "coll", Value: ev.coll}}},
+			bson.E{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}})
 	default:
 		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}, {Key: "coll", Value: ev.coll}}})
 		d = append(d, bson.E{Key: "documentKey", Value: ev.docKey})

@@ -34,6 +34,11 @@ type request struct {
 	txnNum *int64
 	auto   *bool
 	start  bool
+
+	ran            bool     // the command's handler was reached
+	labels         []string // error labels set by failCommand, replacing the server's
+	overrideLabels bool
+	streamCursor   bool // a getMore on a change stream cursor
 }
 
 func (r *request) view() view { return view{st: r.st, tx: r.tx} }
@@ -86,33 +91,36 @@ var retryableWrites = map[string]bool{"insert": true, "update": true, "delete": 
 
 func init() {
 	commands = map[string]handler{
-		"ping":              cmdPing,
-		"buildInfo":         cmdBuildInfo,
-		"buildinfo":         cmdBuildInfo,
-		"endSessions":       cmdEndSessions,
-		"refreshSessions":   cmdPing,
-		"listDatabases":     cmdListDatabases,
-		"listCollections":   cmdListCollections,
-		"create":            cmdCreate,
-		"drop":              cmdDrop,
-		"dropDatabase":      cmdDropDatabase,
-		"getMore":           cmdGetMore,
-		"killCursors":       cmdKillCursors,
-		"count":             cmdCount,
-		"insert":            cmdInsert,
-		"update":            cmdUpdate,
-		"delete":            cmdDelete,
-		"find":              cmdFind,
-		"findAndModify":     cmdFindAndModify,
-		"findandmodify":     cmdFindAndModify,
-		"distinct":          cmdDistinct,
-		"aggregate":         cmdAggregate,
-		"createIndexes":     cmdCreateIndexes,
-		"listIndexes":       cmdListIndexes,
-		"dropIndexes":       cmdDropIndexes,
-		"deleteIndexes":     cmdDropIndexes,
-		"commitTransaction": cmdCommitTransaction,
-		"abortTransaction":  cmdAbortTransaction,
+		"ping":               cmdPing,
+		"buildInfo":          cmdBuildInfo,
+		"buildinfo":          cmdBuildInfo,
+		"endSessions":        cmdEndSessions,
+		"refreshSessions":    cmdPing,
+		"listDatabases":      cmdListDatabases,
+		"listCollections":    cmdListCollections,
+		"create":             cmdCreate,
+		"drop":               cmdDrop,
+		"dropDatabase":       cmdDropDatabase,
+		"getMore":            cmdGetMore,
+		"killCursors":        cmdKillCursors,
+		"count":              cmdCount,
+		"insert":             cmdInsert,
+		"update":             cmdUpdate,
+		"delete":             cmdDelete,
+		"find":               cmdFind,
+		"findAndModify":      cmdFindAndModify,
+		"findandmodify":      cmdFindAndModify,
+		"distinct":           cmdDistinct,
+		"aggregate":          cmdAggregate,
+		"createIndexes":      cmdCreateIndexes,
+		"listIndexes":        cmdListIndexes,
+		"dropIndexes":        cmdDropIndexes,
+		"deleteIndexes":      cmdDropIndexes,
+		"commitTransaction":  cmdCommitTransaction,
+		"abortTransaction":   cmdAbortTransaction,
+		"configureFailPoint": cmdConfigureFailPoint,
+		"renameCollection":   cmdRenameCollection,
+		"collMod":            cmdCollMod,
 	}
 }
 
@@ -146,12 +154,60 @@ func (s *Server) handle(c *conn, m *message) bson.D {
 		return errorReply(newErr(codeInterruptedAtShutdown, "interrupted at shutdown"))
 	}
 	r := &request{s: s, st: s.st, conn: c, name: name, db: dbName, cmd: cmd}
+	lastOp, ver := c.lastOp, s.st.ver
 	reply, err := s.dispatch(r)
+	wrote := s.st.ver != ver
+	if wrote {
+		c.lastOp = s.st.ver
+	}
 	if err != nil {
 		s.log.Debug("minimongo: command failed", "command", name, "db", dbName, "conn", c.id, "error", err)
-		reply = errorReply(err)
 	}
-	return s.withClusterTime(reply)
+	return s.withClusterTime(s.finishReply(r, reply, err, wrote, lastOp))
+}
+
+// finishReply renders the outcome of a command: the error document, the
+// write concern error of a command that waited for one and the error labels
+// MongoDB attaches.
+func (s *Server) finishReply(r *request, reply bson.D, err error, wrote bool, lastOp uint64) bson.D {
+	var rc replyCode
+	var preset []string
+	if err != nil {
+		ce := asCmdError(err)
+		reply = errorBody(ce)
+		rc.code, rc.hasCode, preset = ce.Code, true, ce.Labels
+	}
+	if r.ran && writeConcernCommands[r.name] {
+		wce := s.failWriteConcern(r.conn, r.name, r.db, r.cmd, r.overrideWith)
+		if wce == nil {
+			wce = r.writeConcernError()
+		}
+		if wce != nil {
+			if c, ok := lookupField(wce, "code"); ok {
+				n, _ := asInt64(c)
+				rc.wcCode, rc.hasWCCode = int32(n), true
+			}
+			// copy: reply may be a recorded retryable-write reply
+			reply = append(append(bson.D{}, reply...), bson.E{Key: "writeConcernError", Value: wce})
+		}
+	}
+	if !rc.hasCode && !rc.hasWCCode {
+		return reply
+	}
+	labels := r.labels
+	if !r.overrideLabels {
+		labels = mergeLabels(r.errorLabels(rc, wrote, lastOp), preset)
+	}
+	if len(labels) > 0 {
+		reply = append(append(bson.D{}, reply...), bson.E{Key: "errorLabels", Value: labelsValue(labels)})
+	}
+	return reply
+}
+
+// overrideWith replaces the labels the server would attach by those
+// failCommand was configured with.
+func (r *request) overrideWith(labels []string) {
+	r.labels, r.overrideLabels = labels, true
 }
 
 func (s *Server) withClusterTime(reply bson.D) bson.D {
@@ -183,6 +239,9 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 	if err := r.resolveSession(); err != nil {
 		return nil, err
 	}
+	if err := s.evalFailCommand(r.conn, r.name, r.db, r.cmd, r.overrideWith); err != nil {
+		return nil, err
+	}
 	if rc, ok := r.arg("readConcern"); ok {
 		if err := checkReadConcern(rc, r.auto != nil); err != nil {
 			return nil, err
@@ -202,9 +261,11 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 			return nil, newErr(codeTransactionTooOld, "Retryable write with txnNumber %d is prohibited on session %s because a newer retryable write with txnNumber %d has already started on this session.", *r.txnNum, r.sess.id, r.sess.retryNum)
 		}
 		if *r.txnNum == r.sess.retryNum && r.sess.retryReply != nil {
+			r.ran = true
 			return r.sess.retryReply, nil
 		}
 	}
+	r.ran = true
 	reply, err := callHandler(h, r)
 	if r.tx != nil && r.name != "commitTransaction" && r.name != "abortTransaction" {
 		if err != nil || hasWriteErrors(reply) {
@@ -272,6 +333,25 @@ func (s *Server) hello(c *conn, cmd bson.D, legacy bool) bson.D {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if n, ok := helloAppName(cmd); ok {
+		c.appName = n
+	}
+	name := cmd[0].Key
+	db, _ := lookupField(cmd, "$db")
+	dbName, _ := db.(string)
+	var labels []string
+	override := false
+	if err := s.evalFailCommand(c, name, dbName, cmd, func(l []string) { labels, override = l, true }); err != nil {
+		ce := asCmdError(err)
+		reply := errorBody(ce)
+		if !override {
+			labels = ce.Labels
+		}
+		if len(labels) > 0 {
+			reply = append(reply, bson.E{Key: "errorLabels", Value: labelsValue(labels)})
+		}
+		return s.withClusterTime(reply)
+	}
 	reply := bson.D{}
 	if _, ok := lookupField(cmd, "helloOk"); ok {
 		reply = append(reply, bson.E{Key: "helloOk", Value: true})
@@ -390,10 +470,7 @@ func collInfo(c *collection, nameOnly bool) bson.D {
 	if nameOnly {
 		return bson.D{{Key: "name", Value: c.name}, {Key: "type", Value: "collection"}}
 	}
-	opts := bson.D{}
-	if c.prePostImages {
-		opts = append(opts, bson.E{Key: "changeStreamPreAndPostImages", Value: bson.D{{Key: "enabled", Value: true}}})
-	}
+	opts := c.options()
 	return bson.D{
 		{Key: "name", Value: c.name},
 		{Key: "type", Value: "collection"},
@@ -442,8 +519,16 @@ func cmdCreate(r *request) (bson.D, error) {
 		return nil, newErr(codeTypeMismatch, "collection name has invalid type %s", typeName(r.cmd[0].Value))
 	}
 	images := false
+	var v validation
+	if err := parseValidation(r, &v); err != nil {
+		return nil, err
+	}
 	for _, e := range r.cmd[1:] {
 		if genericFields[e.Key] {
+			continue
+		}
+		switch e.Key {
+		case "validator", "validationLevel", "validationAction":
 			continue
 		}
 		if e.Key == "changeStreamPreAndPostImages" {
@@ -457,14 +542,17 @@ func cmdCreate(r *request) (bson.D, error) {
 		}
 		return nil, errUnsupported("collection option " + e.Key)
 	}
-	if c := r.st.getColl(r.db, name); c != nil {
+	if c := r.coll(name); c != nil {
 		return nil, newErr(codeNamespaceExists, "Collection %s.%s already exists.", r.db, name)
 	}
-	c, err := r.st.createColl(r.db, name)
+	c, err := r.ensureColl(name)
 	if err != nil {
 		return nil, err
 	}
 	c.prePostImages = images
+	if v.validator != nil || v.level != "" || v.action != "" {
+		c.validation = &v
+	}
 	return okReply(), nil
 }
 
@@ -473,7 +561,7 @@ func cmdDrop(r *request) (bson.D, error) {
 		return nil, err
 	}
 	name, _ := r.cmd[0].Value.(string)
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return okReply(), nil
 	}

@@ -1,6 +1,8 @@
 package minimongo
 
 import (
+	"time"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -132,6 +134,11 @@ func (r *request) waitIndexKeys(c *collection, doc bson.D) (bool, error) {
 
 // write applies (or, inside a transaction, buffers) one document write.
 func (r *request) write(c *collection, key string, doc bson.D, ev *event) error {
+	if c.validation != nil {
+		if err := r.validate(c, key, doc); err != nil {
+			return err
+		}
+	}
 	ev.db, ev.coll, ev.images = c.db, c.name, c.prePostImages
 	if r.tx != nil {
 		if err := r.tx.lock(r.st, c, key); err != nil {
@@ -160,15 +167,96 @@ func (r *request) write(c *collection, key string, doc bson.D, ev *event) error 
 	return nil
 }
 
-// ensureColl returns the named collection of the request's database,
-// creating it implicitly. A transaction that creates a collection and then
-// aborts removes it again.
-func (r *request) ensureColl(name string) (*collection, error) {
-	c, created, err := r.st.ensureColl(r.db, name)
-	if err == nil && created && r.tx != nil {
-		r.tx.created = append(r.tx.created, c)
+// coll returns the named collection of the request's database as the
+// request sees it: a transaction also sees the collections it created.
+func (r *request) coll(name string) *collection {
+	if r.tx != nil && r.tx.newColls != nil {
+		if c := r.tx.newColls[r.db+"."+name]; c != nil {
+			return c
+		}
 	}
+	return r.st.getColl(r.db, name)
+}
+
+// ensureColl returns the named collection of the request's database,
+// creating it implicitly. A collection created by a transaction stays private
+// to it until it commits: nothing outside sees it, and an abort leaves
+// nothing behind.
+func (r *request) ensureColl(name string) (*collection, error) {
+	c, _, err := r.ensureCollCreated(name)
 	return c, err
+}
+
+func (r *request) ensureCollCreated(name string) (*collection, bool, error) {
+	if r.tx == nil {
+		return r.st.ensureColl(r.db, name)
+	}
+	if c := r.coll(name); c != nil {
+		return c, false, nil
+	}
+	if err := validDBName(r.db); err != nil {
+		return nil, false, err
+	}
+	if err := validCollName(r.db, name); err != nil {
+		return nil, false, err
+	}
+	c := newCollection(r.db, name)
+	if r.tx.newColls == nil {
+		r.tx.newColls = map[string]*collection{}
+	}
+	r.tx.newColls[c.ns()] = c
+	r.tx.newOrder = append(r.tx.newOrder, c)
+	return c, true, nil
+}
+
+// dollarKey finds a '$'-prefixed field name in v, at any depth.
+func dollarKey(v any) (string, bool) {
+	switch x := v.(type) {
+	case bson.D:
+		for _, e := range x {
+			if len(e.Key) > 0 && e.Key[0] == '$' {
+				return e.Key, true
+			}
+			if k, ok := dollarKey(e.Value); ok {
+				return k, true
+			}
+		}
+	case bson.A:
+		for _, e := range x {
+			if k, ok := dollarKey(e); ok {
+				return k, true
+			}
+		}
+	}
+	return "", false
+}
+
+// letVars returns the variables of the command's let option, with NOW and
+// CLUSTER_TIME.
+func (r *request) letVars() (exprVars, error) {
+	vars := exprVars{"NOW": bson.NewDateTimeFromTime(time.Now()), "CLUSTER_TIME": r.st.clusterTime()}
+	v, ok := r.arg("let")
+	if !ok || v == nil {
+		return vars, nil
+	}
+	d, ok := v.(bson.D)
+	if !ok {
+		return nil, newErr(codeTypeMismatch, "BSON field '%s.let' is the wrong type '%s', expected type 'object'", r.name, typeName(v))
+	}
+	for _, e := range d {
+		if e.Key == "" || !(e.Key[0] >= 'a' && e.Key[0] <= 'z' || e.Key[0] >= 0x80) {
+			return nil, newErr(16870, "'%s' starts with an invalid character for a user variable name", e.Key)
+		}
+		val, present, err := evalExprV(e.Value, bson.D{}, vars)
+		if err != nil {
+			return nil, err
+		}
+		if !present {
+			val = nil
+		}
+		vars[e.Key] = val
+	}
+	return vars, nil
 }
 
 // prepareInsert gives doc an _id (first) and validates it.
@@ -178,11 +266,15 @@ func prepareInsert(doc bson.D) (bson.D, any, error) {
 		id = bson.NewObjectID()
 		return append(bson.D{{Key: "_id", Value: id}}, doc...), id, nil
 	}
-	switch id.(type) {
+	switch x := id.(type) {
 	case bson.A:
 		return nil, nil, newErr(codeInvalidIdField, "The '_id' value cannot be of type array")
 	case bson.Regex:
 		return nil, nil, newErr(codeInvalidIdField, "can't use a regex for _id")
+	case bson.D:
+		if k, ok := dollarKey(x); ok {
+			return nil, nil, newErr(codeDollarPrefixedField, "_id fields may not contain '$'-prefixed fields: %s is not valid for storage.", k)
+		}
 	}
 	if doc[0].Key != "_id" {
 		out := bson.D{{Key: "_id", Value: id}}
@@ -285,8 +377,8 @@ type updateResult struct {
 }
 
 // updateDocs executes one update statement.
-func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi bool, sortSpec bson.D) (*updateResult, error) {
-	spec, err := parseUpdate(uAny)
+func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi bool, sortSpec bson.D, opts updateOpts) (*updateResult, error) {
+	spec, err := parseUpdateWith(uAny, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +390,7 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 		return nil, err
 	}
 	res := &updateResult{}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c != nil {
 		v := r.view()
 		var matched []keyedDoc
@@ -416,7 +508,8 @@ func cmdUpdate(r *request) (bson.D, error) {
 	if err := r.checkFields("updates", "ordered", "bypassDocumentValidation", "let"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("let"); err != nil {
+	vars, err := r.letVars()
+	if err != nil {
 		return nil, err
 	}
 	name, err := r.collName()
@@ -436,7 +529,7 @@ func cmdUpdate(r *request) (bson.D, error) {
 		if !ok {
 			return nil, newErr(codeTypeMismatch, "update statements must be objects")
 		}
-		res, err := r.updateStmt(name, stmt)
+		res, err := r.updateStmt(name, stmt, vars)
 		if err != nil {
 			if r.topLevelError(err) {
 				return nil, err
@@ -465,11 +558,12 @@ func cmdUpdate(r *request) (bson.D, error) {
 	return okReply(reply...), nil
 }
 
-func (r *request) updateStmt(name string, stmt bson.D) (*updateResult, error) {
+func (r *request) updateStmt(name string, stmt bson.D, vars exprVars) (*updateResult, error) {
 	var q bson.D
 	var u any
 	var upsert, multi bool
 	var sortSpec bson.D
+	opts := updateOpts{vars: vars}
 	for _, e := range stmt {
 		switch e.Key {
 		case "q":
@@ -484,13 +578,19 @@ func (r *request) updateStmt(name string, stmt bson.D) (*updateResult, error) {
 			upsert = truthy(e.Value)
 		case "multi":
 			multi = truthy(e.Value)
-		case "sort":
-			sortSpec, _ = e.Value.(bson.D)
 		case "hint":
 			if err := r.checkHint(name, e.Value); err != nil {
 				return nil, err
 			}
-		case "arrayFilters", "collation", "c", "upsertSupplied":
+		case "arrayFilters":
+			if e.Value != nil {
+				a, ok := e.Value.(bson.A)
+				if !ok {
+					return nil, newErr(codeTypeMismatch, "BSON field 'update.updates.arrayFilters' is the wrong type '%s', expected type 'array'", typeName(e.Value))
+				}
+				opts.arrayFilters = a
+			}
+		case "collation", "c", "upsertSupplied":
 			if err := stmtRejects(stmt, "update", e.Key); err != nil {
 				return nil, err
 			}
@@ -502,7 +602,7 @@ func (r *request) updateStmt(name string, stmt bson.D) (*updateResult, error) {
 		return nil, newErr(codeFailedToParse, "BSON field 'update.updates.u' is missing but a required field")
 	}
 	ud, _ := u.(bson.D)
-	return r.updateDocs(name, q, ud, u, upsert, multi, sortSpec)
+	return r.updateDocs(name, q, ud, u, upsert, multi, sortSpec, opts)
 }
 
 func cmdDelete(r *request) (bson.D, error) {
@@ -582,7 +682,7 @@ func (r *request) deleteStmt(name string, stmt bson.D) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return 0, nil
 	}
@@ -611,7 +711,7 @@ func (r *request) deleteStmt(name string, stmt bson.D) (int32, error) {
 
 // checkHint fails when a hint names no existing index.
 func (r *request) checkHint(coll string, hint any) error {
-	c := r.st.getColl(r.db, coll)
+	c := r.coll(coll)
 	if c == nil || hint == nil {
 		return nil
 	}
@@ -648,7 +748,7 @@ func (r *request) query(name string, filter, sortSpec bson.D, skip, limit int64)
 			return nil, err
 		}
 	}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return nil, nil
 	}
@@ -871,8 +971,20 @@ func cmdFindAndModify(r *request) (bson.D, error) {
 		"bypassDocumentValidation", "collation", "arrayFilters", "hint", "let"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("collation", "arrayFilters", "let"); err != nil {
+	if err := r.rejectOptions("collation"); err != nil {
 		return nil, err
+	}
+	vars, err := r.letVars()
+	if err != nil {
+		return nil, err
+	}
+	opts := updateOpts{vars: vars}
+	if af, ok := r.arg("arrayFilters"); ok && af != nil {
+		a, isArr := af.(bson.A)
+		if !isArr {
+			return nil, newErr(codeTypeMismatch, "BSON field 'findAndModify.arrayFilters' is the wrong type '%s', expected type 'array'", typeName(af))
+		}
+		opts.arrayFilters = a
 	}
 	name, err := r.collName()
 	if err != nil {
@@ -933,7 +1045,7 @@ func cmdFindAndModify(r *request) (bson.D, error) {
 		}
 		n := int32(0)
 		if len(docs) > 0 {
-			c := r.st.getColl(r.db, name)
+			c := r.coll(name)
 			id, _ := lookupField(docs[0], "_id")
 			key := idKey(id)
 			if err := r.waitUnlocked(c, key); err != nil {
@@ -964,7 +1076,7 @@ func cmdFindAndModify(r *request) (bson.D, error) {
 			}
 		}
 		ud, _ := upd.(bson.D)
-		res, err := r.updateDocs(name, filter, ud, upd, upsert, false, nil)
+		res, err := r.updateDocs(name, filter, ud, upd, upsert, false, nil, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -1021,7 +1133,7 @@ func cmdAggregate(r *request) (bson.D, error) {
 		}
 	}
 	stages, err := parsePipeline(pipeline, func(coll string) []bson.D {
-		c := r.st.getColl(r.db, coll)
+		c := r.coll(coll)
 		if c == nil {
 			return nil
 		}
@@ -1043,7 +1155,7 @@ func cmdAggregate(r *request) (bson.D, error) {
 		}
 	}
 	var docs []bson.D
-	if c := r.st.getColl(r.db, name); c != nil {
+	if c := r.coll(name); c != nil {
 		for _, kd := range r.view().all(c) {
 			docs = append(docs, kd.doc)
 		}
@@ -1080,9 +1192,12 @@ func cmdCreateIndexes(r *request) (bson.D, error) {
 		}
 		parsed = append(parsed, ix)
 	}
-	c, created, err := r.st.ensureColl(r.db, name)
+	c, created, err := r.ensureCollCreated(name)
 	if err != nil {
 		return nil, err
+	}
+	if r.tx != nil && r.tx.newColls[c.ns()] != c {
+		return nil, newErr(codeOperationNotSupportedInTx, "Cannot create new indexes on existing collection %s in a multi-document transaction.", c.ns())
 	}
 	before := int32(len(c.indexes))
 	var added []*index
@@ -1134,7 +1249,7 @@ func cmdListIndexes(r *request) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return nil, newErr(codeNamespaceNotFound, "ns does not exist: %s.%s", r.db, name)
 	}
@@ -1153,7 +1268,7 @@ func cmdDropIndexes(r *request) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := r.st.getColl(r.db, name)
+	c := r.coll(name)
 	if c == nil {
 		return nil, newErr(codeNamespaceNotFound, "ns not found %s.%s", r.db, name)
 	}

@@ -114,6 +114,7 @@ func cmdGetMore(r *request) (bson.D, error) {
 	batch := batchSizeOf(r, "")
 	cur.lastUsed = time.Now()
 	if cur.stream != nil {
+		r.streamCursor = true
 		var wait time.Duration = time.Second
 		if v, ok := r.arg("maxTimeMS"); ok {
 			ms, _ := asInt64(v)

@@ -32,29 +32,42 @@
 //     at most 500 ms, so that a check started just after an application error cannot
 //     stall the driver's retry for a whole heartbeat interval.
 //   - ping, buildInfo, endSessions, refreshSessions, listDatabases (filter, nameOnly),
-//     listCollections (filter, nameOnly), create (with changeStreamPreAndPostImages), drop,
-//     dropDatabase, getMore, killCursors, count (query, skip, limit, hint).
-//   - insert; update with many statements, upsert, multi, replacement documents and hint;
-//     delete (limit 0 or 1); ordered and unordered execution with writeErrors carrying
-//     their index; n, nModified and upserted as MongoDB reports them; _id generated as an
-//     ObjectId and stored first.
+//     listCollections (filter, nameOnly), create (with changeStreamPreAndPostImages and
+//     validators), drop, dropDatabase, getMore, killCursors, count (query, skip, limit,
+//     hint).
+//   - renameCollection within a database (dropTarget; documents, indexes, options and UUID
+//     move with the collection); collMod with changeStreamPreAndPostImages, validator,
+//     validationLevel and validationAction. Validators are query filters, applied as
+//     strict, moderate or warn, skipped with bypassDocumentValidation, failing a write
+//     with DocumentValidationFailure (121, errInfo.failingDocumentId; no errInfo.details).
+//   - insert; update with many statements, upsert, multi, replacement documents, pipeline
+//     updates, arrayFilters, hint and let; delete (limit 0 or 1); ordered and unordered
+//     execution with writeErrors carrying their index; n, nModified and upserted as MongoDB
+//     reports them; _id generated as an ObjectId and stored first; '$'-prefixed field names
+//     in _id refused (52). As in 7.0, an update statement's sort is an unknown field (40415).
+//   - Write concerns: every command that takes one runs, then reports a w greater than one
+//     as writeConcernError UnsatisfiableWriteConcern (100) and a tag set as
+//     UnknownReplWriteConcern (79), as the primary of a one-member replica set does.
 //   - find: filter, sort, skip, limit (negative: single batch), projection (inclusion,
 //     exclusion, dotted paths, aggregation field paths and $literal), batchSize,
 //     singleBatch, hint, noCursorTimeout; cursors continued with getMore.
-//   - findAndModify: query, sort, update (operators or replacement), remove, new, upsert,
-//     fields. distinct (arrays unwound, values deduplicated by BSON equality).
+//   - findAndModify: query, sort, update (operators, replacement or pipeline), remove, new,
+//     upsert, fields, arrayFilters, let. distinct (arrays unwound, values deduplicated by BSON equality).
 //   - aggregate with $match, $sort, $skip, $limit, $project, $addFields/$set, $unset,
 //     $replaceRoot/$replaceWith, $count, $group ($sum, $avg, $min, $max, $first, $last,
 //     $push, $addToSet, $count; _id from field paths, documents of expressions or
 //     constants), $unwind (string or document form), $sortByCount, $lookup (from,
 //     localField, foreignField, as; not the let/pipeline form) and $changeStream.
-//     Expressions are field paths, $$ROOT/$$CURRENT/$$REMOVE, literals, documents and
-//     arrays of expressions, and the operators $literal $add $subtract $multiply $divide
-//     $mod $concat $toUpper $toLower $eq $ne $gt $gte $lt $lte $cmp $and $or $not $cond
-//     $ifNull $size $arrayElemAt $in $type; other expression operators fail with 168.
+//     Expressions are field paths, $$ROOT/$$CURRENT/$$REMOVE (and in updates $$NOW,
+//     $$CLUSTER_TIME and the command's let variables), literals, documents and arrays of
+//     expressions, and the operators $literal $add $subtract $multiply $divide $mod
+//     $concat $toUpper $toLower $eq $ne $gt $gte $lt $lte $cmp $and $or $not $cond $switch
+//     $ifNull $size $arrayElemAt $in $type $max $min $mergeObjects; other expression
+//     operators fail with 168.
 //   - createIndexes (key, name, unique, sparse, partialFilterExpression,
 //     expireAfterSeconds), listIndexes, dropIndexes (by name, names, key pattern or "*").
 //   - commitTransaction, abortTransaction.
+//   - configureFailPoint with the failCommand fail point (see Fail points).
 //
 // # Queries
 //
@@ -76,10 +89,13 @@
 // $pull (values, operator conditions, sub-queries) $pullAll $addToSet ($each) $pop $rename
 // $currentDate (date or timestamp), applied in lexicographic path order as MongoDB 5+
 // does; the positional operators $ (the first element of the array matched by the filter's
-// conditions on that array) and $[] (every element); replacement documents; upserts seeded
-// from the filter's equality conditions; the errors MongoDB reports for type mismatches
-// (14), conflicting paths (40), _id changes (66), non-viable paths (28). Filtered
-// positional operators ($[id]) with arrayFilters and pipeline updates are not supported.
+// conditions on that array), $[] (every element) and $[identifier] (the elements matching
+// the identifier's arrayFilters entry, with MongoDB's checks that filters and identifiers
+// name each other); replacement documents; upserts seeded from the filter's equality
+// conditions; the errors MongoDB reports for type mismatches (14), conflicting paths (40),
+// _id changes (66), non-viable paths (28). Pipeline updates run $set/$addFields, $unset,
+// $project and $replaceRoot/$replaceWith (other stages: 72 "not allowed to be used within
+// an update"); the document keeps its _id when the result has none.
 //
 // # Indexes
 //
@@ -103,13 +119,36 @@
 // retries; a write outside transactions waits until the transaction holding the document
 // or unique key ends. Errors inside a
 // transaction abort it (NoSuchTransaction, 251, afterwards). Transactions older than
-// Options.TransactionLifetime are aborted.
+// Options.TransactionLifetime are aborted. Collections a transaction creates (explicitly
+// or by writing) and the indexes it builds on them are private to it until it commits and
+// gone if it aborts; createIndexes on a collection that existed before fails with 263.
+//
+// # Fail points and error labels
+//
+// configureFailPoint (on admin) configures failCommand as MongoDB 7 does, so tests written
+// against it also run against a real deployment started with enableTestCommands: modes
+// off, alwaysOn, {times: n}, {skip: n} and {activationProbability: p}, with count in the
+// reply; data.failCommands (matched by command aliases too, never configureFailPoint),
+// failAllCommands, errorCode (message "Failing command via 'failCommand' failpoint",
+// errorExtraInfo appended), errorLabels (replacing the server's, empty removing them),
+// closeConnection, blockConnection with blockTimeMS (checked when the fail point fires),
+// writeConcernError (added after a command that takes a write concern ran), appName (from
+// the handshake's client metadata), threadName ("conn<n>"), namespace and
+// failInternalCommands (no client of this server is internal). Other fail points are not
+// supported.
+//
+// Replies carry the labels MongoDB's ErrorLabelBuilder adds: TransientTransactionError
+// inside transactions, RetryableWriteError (and NoWritesPerformed) for retryable writes and
+// commit/abort on retriable codes or write concern errors, ResumableChangeStreamError on
+// change stream aggregates and getMores and NonResumableChangeStreamError for 280 and 286.
+// UnknownTransactionCommitResult is a driver's label and is not sent.
 //
 // # Change streams
 //
 // On a collection, a database (aggregate: 1) and the deployment (aggregate: 1 on admin with
 // allChangesForCluster). Events: insert, update (updateDescription with updatedFields,
-// removedFields and truncatedArrays), replace, delete, drop, dropDatabase and invalidate,
+// removedFields and truncatedArrays), replace, delete, drop, dropDatabase, rename (ns and
+// to; it invalidates streams on the source and the target collection) and invalidate,
 // with documentKey, clusterTime, wallTime, and lsid/txnNumber for transaction writes,
 // which appear at commit in order. fullDocument default, updateLookup, whenAvailable and
 // required; fullDocumentBeforeChange whenAvailable and required (pre- and post-images are
@@ -119,7 +158,8 @@
 // startAtOperationTime. $match, $project, $addFields, $set, $unset, $replaceRoot and
 // $replaceWith may follow $changeStream. getMore waits up to maxTimeMS (default 1 s) and
 // wakes as soon as an event is recorded. The oplog keeps Options.OplogSize events;
-// resuming from a point no longer held fails with ChangeStreamHistoryLost (286).
+// resuming from a point no longer held fails with ChangeStreamHistoryLost (286). A
+// pipeline that modifies an event's _id fails with ChangeStreamFatalError (280).
 //
 // # Concurrency and lifetime
 //
@@ -131,11 +171,12 @@
 // # Not supported
 //
 // Authentication, TLS, compression, collations, text/geo/hashed/wildcard indexes,
-// filtered positional updates and arrayFilters, pipeline updates, $where/$text/
-// $jsonSchema and geo/bitwise query operators, aggregation stages and expression operators
-// not listed above, views, capped and time-series collections, validators,
-// renameCollection, explain, snapshot reads outside transactions, showExpandedEvents in
-// change streams, query plans (hints are checked for existence only; only _id and unique
-// indexes speed up lookups), and persistence: all data lives in memory and is gone when
-// the Server is closed.
+// $where/$text/$jsonSchema and geo/bitwise query operators ($jsonSchema validators
+// included), aggregation stages and expression operators not listed above, let outside
+// update and findAndModify, an update statement's constants (c), views, capped and
+// time-series collections, renameCollection across databases, collMod options other than
+// those above, fail points other than failCommand, explain, snapshot reads outside
+// transactions, showExpandedEvents in change streams, query plans (hints are checked for
+// existence only; only _id and unique indexes speed up lookups), and persistence: all data
+// lives in memory and is gone when the Server is closed.
 package minimongo

@@ -41,40 +41,55 @@ const (
 	codeUnknownField              = 40415
 	codeUnrecognizedStage         = 40324
 	codeInvalidPipelineOperator   = 168
+	codeDocumentValidation        = 121
+	codeDollarPrefixedField       = 52
 )
 
 var codeNames = map[int32]string{
-	codeBadValue:                  "BadValue",
-	codeInvalidBSON:               "InvalidBSON",
-	codeFailedToParse:             "FailedToParse",
-	codeTypeMismatch:              "TypeMismatch",
-	codeInvalidLength:             "InvalidLength",
-	codeIllegalOperation:          "IllegalOperation",
-	codeNamespaceNotFound:         "NamespaceNotFound",
-	codeIndexNotFound:             "IndexNotFound",
-	codePathNotViable:             "PathNotViable",
-	codeConflictingUpdateOps:      "ConflictingUpdateOperators",
-	codeCursorNotFound:            "CursorNotFound",
-	codeNoMatchingDocument:        "NoMatchingDocument",
-	codeNamespaceExists:           "NamespaceExists",
-	codeInvalidIdField:            "InvalidIdField",
-	codeCommandNotFound:           "CommandNotFound",
-	codeImmutableField:            "ImmutableField",
-	codeInvalidOptions:            "InvalidOptions",
-	codeInvalidNamespace:          "InvalidNamespace",
-	codeIndexOptionsConflict:      "IndexOptionsConflict",
-	codeIndexKeySpecsConflict:     "IndexKeySpecsConflict",
-	codeWriteConflict:             "WriteConflict",
-	codeInvalidIndexSpecOption:    "InvalidIndexSpecificationOption",
-	codeTransactionTooOld:         "TransactionTooOld",
-	codeNoSuchTransaction:         "NoSuchTransaction",
-	codeTransactionCommitted:      "TransactionCommitted",
-	codeInvalidResumeToken:        "InvalidResumeToken",
-	codeOperationNotSupportedInTx: "OperationNotSupportedInTransaction",
-	codeChangeStreamHistoryLost:   "ChangeStreamHistoryLost",
-	codeDuplicateKey:              "DuplicateKey",
-	codeInterruptedAtShutdown:     "InterruptedAtShutdown",
-	codeInvalidPipelineOperator:   "InvalidPipelineOperator",
+	codeBadValue:                       "BadValue",
+	codeInvalidBSON:                    "InvalidBSON",
+	codeFailedToParse:                  "FailedToParse",
+	codeTypeMismatch:                   "TypeMismatch",
+	codeInvalidLength:                  "InvalidLength",
+	codeIllegalOperation:               "IllegalOperation",
+	codeNamespaceNotFound:              "NamespaceNotFound",
+	codeIndexNotFound:                  "IndexNotFound",
+	codePathNotViable:                  "PathNotViable",
+	codeConflictingUpdateOps:           "ConflictingUpdateOperators",
+	codeCursorNotFound:                 "CursorNotFound",
+	codeNoMatchingDocument:             "NoMatchingDocument",
+	codeNamespaceExists:                "NamespaceExists",
+	codeInvalidIdField:                 "InvalidIdField",
+	codeCommandNotFound:                "CommandNotFound",
+	codeImmutableField:                 "ImmutableField",
+	codeInvalidOptions:                 "InvalidOptions",
+	codeInvalidNamespace:               "InvalidNamespace",
+	codeIndexOptionsConflict:           "IndexOptionsConflict",
+	codeIndexKeySpecsConflict:          "IndexKeySpecsConflict",
+	codeWriteConflict:                  "WriteConflict",
+	codeInvalidIndexSpecOption:         "InvalidIndexSpecificationOption",
+	codeTransactionTooOld:              "TransactionTooOld",
+	codeNoSuchTransaction:              "NoSuchTransaction",
+	codeTransactionCommitted:           "TransactionCommitted",
+	codeInvalidResumeToken:             "InvalidResumeToken",
+	codeOperationNotSupportedInTx:      "OperationNotSupportedInTransaction",
+	codeChangeStreamHistoryLost:        "ChangeStreamHistoryLost",
+	codeDuplicateKey:                   "DuplicateKey",
+	codeInterruptedAtShutdown:          "InterruptedAtShutdown",
+	codeInvalidPipelineOperator:        "InvalidPipelineOperator",
+	codeConflictingOperationInProgress: "ConflictingOperationInProgress",
+	codeChangeStreamFatalErr:           "ChangeStreamFatalError",
+	codeDocumentValidation:             "DocumentValidationFailure",
+	// codes failCommand is commonly configured with
+	1: "InternalError", 6: "HostUnreachable", 7: "HostNotFound", 8: "UnknownError",
+	13: "Unauthorized", 24: "LockTimeout", 50: "MaxTimeMSExpired", 64: "WriteConcernFailed",
+	79: "UnknownReplWriteConcern", 89: "NetworkTimeout", 91: "ShutdownInProgress",
+	100: "UnsatisfiableWriteConcern", 133: "FailedToSatisfyReadPreference",
+	134: "ReadConcernMajorityNotAvailableYet", 150: "StaleEpoch", 189: "PrimarySteppedDown",
+	codeRetryChangeStream: "RetryChangeStream", 262: "ExceededTimeLimit", 267: "PreparedTransactionInProgress",
+	9001: "SocketException", 10107: "NotWritablePrimary", 11601: "Interrupted",
+	11602: "InterruptedDueToReplStateChange", 13388: "StaleConfig", 13435: "NotPrimaryNoSecondaryOk",
+	13436: "NotPrimaryOrSecondary", 50915: "BackupCursorOpenConflictWithCheckpoint",
 }
 
 // cmdError is an error reported to the client the way MongoDB reports it.
@@ -126,21 +141,22 @@ func asCmdError(err error) *cmdError {
 // errorReply renders an error as a command reply document.
 func errorReply(err error) bson.D {
 	ce := asCmdError(err)
+	d := errorBody(ce)
+	if len(ce.Labels) > 0 {
+		d = append(d, bson.E{Key: "errorLabels", Value: labelsValue(ce.Labels)})
+	}
+	return d
+}
+
+// errorBody renders an error as a command reply document without labels.
+func errorBody(ce *cmdError) bson.D {
 	d := bson.D{
 		{Key: "ok", Value: 0.0},
 		{Key: "errmsg", Value: ce.Msg},
 		{Key: "code", Value: ce.Code},
 		{Key: "codeName", Value: ce.codeName()},
 	}
-	d = append(d, ce.Extra...)
-	if len(ce.Labels) > 0 {
-		labels := make(bson.A, len(ce.Labels))
-		for i, l := range ce.Labels {
-			labels[i] = l
-		}
-		d = append(d, bson.E{Key: "errorLabels", Value: labels})
-	}
-	return d
+	return append(d, ce.Extra...)
 }
 
 // writeErrorDoc renders an error as an entry of writeErrors.

@@ -17,37 +17,44 @@ var exprOperators map[string]exprFunc
 
 func init() {
 	exprOperators = map[string]exprFunc{
-		"$add":         exprAdd,
-		"$subtract":    exprSubtract,
-		"$multiply":    exprMultiply,
-		"$divide":      exprDivide,
-		"$mod":         exprMod,
-		"$concat":      exprConcat,
-		"$toUpper":     exprCase(strings.ToUpper),
-		"$toLower":     exprCase(strings.ToLower),
-		"$eq":          exprCompare(func(c int) bool { return c == 0 }),
-		"$ne":          exprCompare(func(c int) bool { return c != 0 }),
-		"$gt":          exprCompare(func(c int) bool { return c > 0 }),
-		"$gte":         exprCompare(func(c int) bool { return c >= 0 }),
-		"$lt":          exprCompare(func(c int) bool { return c < 0 }),
-		"$lte":         exprCompare(func(c int) bool { return c <= 0 }),
-		"$cmp":         exprCmp,
-		"$and":         exprAnd,
-		"$or":          exprOr,
-		"$not":         exprNot,
-		"$cond":        nil, // takes a document form too; handled in evalOperator
-		"$ifNull":      exprIfNull,
-		"$size":        exprSize,
-		"$arrayElemAt": exprArrayElemAt,
-		"$in":          exprIn,
-		"$type":        exprType,
+		"$add":          exprAdd,
+		"$subtract":     exprSubtract,
+		"$multiply":     exprMultiply,
+		"$divide":       exprDivide,
+		"$mod":          exprMod,
+		"$concat":       exprConcat,
+		"$toUpper":      exprCase(strings.ToUpper),
+		"$toLower":      exprCase(strings.ToLower),
+		"$eq":           exprCompare(func(c int) bool { return c == 0 }),
+		"$ne":           exprCompare(func(c int) bool { return c != 0 }),
+		"$gt":           exprCompare(func(c int) bool { return c > 0 }),
+		"$gte":          exprCompare(func(c int) bool { return c >= 0 }),
+		"$lt":           exprCompare(func(c int) bool { return c < 0 }),
+		"$lte":          exprCompare(func(c int) bool { return c <= 0 }),
+		"$cmp":          exprCmp,
+		"$and":          exprAnd,
+		"$or":           exprOr,
+		"$not":          exprNot,
+		"$cond":         nil, // takes a document form too; handled in evalOperator
+		"$switch":       nil, // evaluates its branches lazily; handled in evalOperator
+		"$max":          exprMinMax(true),
+		"$min":          exprMinMax(false),
+		"$mergeObjects": exprMergeObjects,
+		"$ifNull":       exprIfNull,
+		"$size":         exprSize,
+		"$arrayElemAt":  exprArrayElemAt,
+		"$in":           exprIn,
+		"$type":         exprType,
 	}
 }
 
 // evalOperator evaluates {op: arg}.
-func evalOperator(op string, arg any, doc bson.D) (any, bool, error) {
-	if op == "$cond" {
-		return exprCond(arg, doc)
+func evalOperator(op string, arg any, doc bson.D, vars exprVars) (any, bool, error) {
+	switch op {
+	case "$cond":
+		return exprCond(arg, doc, vars)
+	case "$switch":
+		return exprSwitch(arg, doc, vars)
 	}
 	f, ok := exprOperators[op]
 	if !ok || f == nil {
@@ -61,7 +68,7 @@ func evalOperator(op string, arg any, doc bson.D) (any, bool, error) {
 	}
 	args := make([]any, len(raw))
 	for i, r := range raw {
-		v, present, err := evalExpr(r, doc)
+		v, present, err := evalExprV(r, doc, vars)
 		if err != nil {
 			return nil, false, err
 		}
@@ -328,7 +335,7 @@ func exprNot(args []any, _ bson.D) (any, bool, error) {
 	return !exprTruthy(args[0]), true, nil
 }
 
-func exprCond(arg any, doc bson.D) (any, bool, error) {
+func exprCond(arg any, doc bson.D, vars exprVars) (any, bool, error) {
 	var ifE, thenE, elseE any
 	switch x := arg.(type) {
 	case bson.A:
@@ -355,14 +362,133 @@ func exprCond(arg any, doc bson.D) (any, bool, error) {
 	default:
 		return nil, false, newErr(16020, "Expression $cond takes exactly 3 arguments. 1 were passed in.")
 	}
-	c, present, err := evalExpr(ifE, doc)
+	c, present, err := evalExprV(ifE, doc, vars)
 	if err != nil {
 		return nil, false, err
 	}
 	if present && truthy(c) {
-		return evalExpr(thenE, doc)
+		return evalExprV(thenE, doc, vars)
 	}
-	return evalExpr(elseE, doc)
+	return evalExprV(elseE, doc, vars)
+}
+
+func exprSwitch(arg any, doc bson.D, vars exprVars) (any, bool, error) {
+	spec, ok := arg.(bson.D)
+	if !ok {
+		return nil, false, newErr(40060, "$switch requires an object as an argument, found: %s", typeName(arg))
+	}
+	var branches bson.A
+	var def any
+	hasDef := false
+	for _, e := range spec {
+		switch e.Key {
+		case "branches":
+			a, ok := e.Value.(bson.A)
+			if !ok {
+				return nil, false, newErr(40061, "$switch expected an array for 'branches', found: %s", typeName(e.Value))
+			}
+			branches = a
+		case "default":
+			def, hasDef = e.Value, true
+		default:
+			return nil, false, newErr(40067, "$switch found an unknown argument: %s", e.Key)
+		}
+	}
+	if len(branches) == 0 && !hasDef {
+		return nil, false, newErr(40068, "$switch requires at least one branch.")
+	}
+	for _, b := range branches {
+		bd, ok := b.(bson.D)
+		if !ok {
+			return nil, false, newErr(40062, "$switch expected each branch to be an object, found: %s", typeName(b))
+		}
+		caseE, hasCase := lookupField(bd, "case")
+		thenE, hasThen := lookupField(bd, "then")
+		for _, e := range bd {
+			if e.Key != "case" && e.Key != "then" {
+				return nil, false, newErr(40063, "$switch found an unknown argument to a branch: %s", e.Key)
+			}
+		}
+		if !hasCase {
+			return nil, false, newErr(40064, "$switch requires each branch have a 'case' expression")
+		}
+		if !hasThen {
+			return nil, false, newErr(40065, "$switch requires each branch have a 'then' expression.")
+		}
+		c, present, err := evalExprV(caseE, doc, vars)
+		if err != nil {
+			return nil, false, err
+		}
+		if present && truthy(c) {
+			return evalExprV(thenE, doc, vars)
+		}
+	}
+	if !hasDef {
+		return nil, false, newErr(40066, "$switch could not find a matching branch for an input, and no default was specified.")
+	}
+	return evalExprV(def, doc, vars)
+}
+
+// exprMinMax is $min and $max as expressions: the extreme of their
+// arguments, or of the elements of a single array argument, ignoring null
+// and missing values.
+func exprMinMax(max bool) exprFunc {
+	return func(args []any, _ bson.D) (any, bool, error) {
+		vals := args
+		if len(args) == 1 {
+			if a, ok := args[0].(bson.A); ok {
+				vals = a
+			}
+		}
+		var best any
+		found := false
+		for _, v := range vals {
+			if nullish(v) {
+				continue
+			}
+			if !found {
+				best, found = v, true
+				continue
+			}
+			if c := compareValues(v, best); (max && c > 0) || (!max && c < 0) {
+				best = v
+			}
+		}
+		return best, true, nil
+	}
+}
+
+func exprMergeObjects(args []any, _ bson.D) (any, bool, error) {
+	vals := args
+	if len(args) == 1 {
+		if a, ok := args[0].(bson.A); ok {
+			vals = a
+		}
+	}
+	out := bson.D{}
+	for _, v := range vals {
+		if nullish(v) {
+			continue
+		}
+		d, ok := v.(bson.D)
+		if !ok {
+			return nil, false, newErr(40400, "$mergeObjects requires object inputs, but input %s is of type %s", formatValue(v), typeName(v))
+		}
+		for _, e := range d {
+			replaced := false
+			for i := range out {
+				if out[i].Key == e.Key {
+					out[i].Value = e.Value
+					replaced = true
+					break
+				}
+			}
+			if !replaced {
+				out = append(out, e)
+			}
+		}
+	}
+	return out, true, nil
 }
 
 func exprIfNull(args []any, _ bson.D) (any, bool, error) {

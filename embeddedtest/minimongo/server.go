@@ -51,7 +51,8 @@ type Server struct {
 	conns   map[net.Conn]struct{}
 	connID  int32
 
-	st *storage
+	st      *storage
+	failCmd *failCommand // the failCommand fail point; nil until configured
 }
 
 // Start starts a server listening on loopback.
@@ -180,8 +181,11 @@ func (s *Server) sweepLoop() {
 }
 
 type conn struct {
-	id  int32
-	raw net.Conn
+	id       int32
+	raw      net.Conn
+	appName  string // from the handshake's client metadata
+	lastOp   uint64 // storage version after the connection's last write
+	closeNow bool   // failCommand closes the connection instead of replying
 }
 
 func (s *Server) serveConn(c net.Conn, id int32) {
@@ -204,6 +208,9 @@ func (s *Server) serveConn(c net.Conn, id int32) {
 			return
 		}
 		reply := s.handle(cc, m)
+		if cc.closeNow {
+			return
+		}
 		if m.flags&flagMoreToCome != 0 {
 			continue // the client does not expect an answer
 		}

@@ -25,6 +25,7 @@ type collection struct {
 	order         []string // cached keys in natural order; nil when stale
 	indexes       []*index
 	prePostImages bool
+	validation    *validation
 }
 
 func (c *collection) ns() string { return c.db + "." + c.name }
@@ -123,24 +124,35 @@ func (st *storage) createColl(db, name string) (*collection, error) {
 	if err := validCollName(db, name); err != nil {
 		return nil, err
 	}
-	d := st.dbs[db]
-	if d == nil {
-		d = &database{name: db, colls: map[string]*collection{}}
-		st.dbs[db] = d
-	}
-	if _, ok := d.colls[name]; ok {
+	if st.getColl(db, name) != nil {
 		return nil, newErr(codeNamespaceExists, "Collection %s.%s already exists.", db, name)
 	}
-	id := bson.NewObjectID()
-	c := &collection{
-		db:   db,
-		name: name,
-		uuid: bson.Binary{Subtype: 4, Data: append(id[:], 0, 0, 0, 0)},
-		docs: map[string]*docRec{},
-	}
-	c.indexes = []*index{idIndex()}
-	d.colls[name] = c
+	c := newCollection(db, name)
+	st.installColl(c)
 	return c, nil
+}
+
+// newCollection returns an empty collection with its _id index, not yet
+// part of any database.
+func newCollection(db, name string) *collection {
+	id := bson.NewObjectID()
+	return &collection{
+		db:      db,
+		name:    name,
+		uuid:    bson.Binary{Subtype: 4, Data: append(id[:], 0, 0, 0, 0)},
+		docs:    map[string]*docRec{},
+		indexes: []*index{idIndex()},
+	}
+}
+
+// installColl makes c part of its database, creating the database if needed.
+func (st *storage) installColl(c *collection) {
+	d := st.dbs[c.db]
+	if d == nil {
+		d = &database{name: c.db, colls: map[string]*collection{}}
+		st.dbs[c.db] = d
+	}
+	d.colls[c.name] = c
 }
 
 // dropColl removes a collection and records a drop event.

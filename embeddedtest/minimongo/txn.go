@@ -37,7 +37,8 @@ type txn struct {
 	order    []txRef
 	events   []*event
 	locks    []string
-	created  []*collection // collections created implicitly by the transaction
+	newColls map[string]*collection // collections the transaction created, by namespace
+	newOrder []*collection          // the same, in creation order
 }
 
 type txWrite struct {
@@ -171,15 +172,6 @@ func (st *storage) abortTxn(tx *txn) {
 		return
 	}
 	tx.state = txnAborted
-	for _, c := range tx.created {
-		if st.getColl(c.db, c.name) == c && len(c.docs) == 0 && len(c.indexes) == 1 {
-			d := st.dbs[c.db]
-			delete(d.colls, c.name)
-			if len(d.colls) == 0 {
-				delete(st.dbs, c.db)
-			}
-		}
-	}
 	st.endTxn(tx)
 }
 
@@ -238,9 +230,16 @@ func (st *storage) commitTxn(tx *txn) error {
 	for _, ref := range tx.order {
 		touched[ref.ns+"\x00"+ref.key] = true
 	}
+	for _, c := range tx.newOrder {
+		if st.getColl(c.db, c.name) != nil {
+			// created outside while the transaction had it private
+			st.abortTxn(tx)
+			return errWriteConflict()
+		}
+	}
 	for _, ref := range tx.order {
 		c := tx.colls[ref.ns]
-		if st.getColl(c.db, c.name) != c {
+		if tx.newColls[ref.ns] != c && st.getColl(c.db, c.name) != c {
 			st.abortTxn(tx)
 			return errWriteConflict()
 		}
@@ -258,6 +257,9 @@ func (st *storage) commitTxn(tx *txn) error {
 		}
 	}
 	st.ver++
+	for _, c := range tx.newOrder {
+		st.installColl(c)
+	}
 	for _, ref := range tx.order {
 		c := tx.colls[ref.ns]
 		w := tx.writes[ref.ns][ref.key]

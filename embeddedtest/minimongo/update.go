@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,20 +19,31 @@ type updateSpec struct {
 	replace    bson.D
 	isRepl     bool
 	ops        []updOp
-	positional bool // some path uses $ or $[]
+	positional bool // some path uses $, $[] or $[identifier]
+	pipeline   []*stage
+	isPipeline bool
+	filters    map[string]matcher // arrayFilters by identifier
 }
 
-// checkPositional accepts the positional operators $ and $[] and rejects
-// filtered ones ($[identifier], which need arrayFilters).
+// filteredIdent returns the identifier of a filtered positional operator
+// $[identifier].
+func filteredIdent(part string) (string, bool) {
+	if len(part) > 3 && strings.HasPrefix(part, "$[") && strings.HasSuffix(part, "]") {
+		return part[2 : len(part)-1], true
+	}
+	return "", false
+}
+
+// checkPositional accepts the positional operators $, $[] and
+// $[identifier].
 func checkPositional(path string) error {
 	n := 0
 	for _, part := range strings.Split(path, ".") {
+		_, filtered := filteredIdent(part)
 		switch {
 		case part == "$":
 			n++
-		case part == "$[]":
-		case strings.HasPrefix(part, "$["):
-			return errUnsupported(fmt.Sprintf("filtered positional operator in update path '%s'", path))
+		case part == "$[]", filtered:
 		case strings.HasPrefix(part, "$"):
 			return newErr(codeFailedToParse, "The dollar ($) prefixed field '%s' in '%s' is not valid for storage.", part, path)
 		}
@@ -51,7 +63,7 @@ func (u *updateSpec) resolve(doc, filter bson.D, insert bool) (*updateSpec, erro
 	}
 	out := &updateSpec{}
 	for _, o := range u.ops {
-		paths, err := expandPositional(doc, filter, o.path, insert)
+		paths, err := expandPositional(doc, filter, o.path, insert, u.filters)
 		if err != nil {
 			return nil, err
 		}
@@ -68,9 +80,34 @@ func (u *updateSpec) resolve(doc, filter bson.D, insert bool) (*updateSpec, erro
 	return out, nil
 }
 
-func expandPositional(doc, filter bson.D, path string, insert bool) ([]string, error) {
+func expandPositional(doc, filter bson.D, path string, insert bool, filters map[string]matcher) ([]string, error) {
 	parts := strings.Split(path, ".")
 	for i, part := range parts {
+		if id, ok := filteredIdent(part); ok {
+			prefix := strings.Join(parts[:i], ".")
+			v, _ := getPath(doc, prefix)
+			arr, ok := v.(bson.A)
+			if !ok {
+				if insert || v == nil {
+					return nil, nil
+				}
+				return nil, errBadValue(fmt.Sprintf("Cannot apply array updates to non-array element %s: %s", parts[i-1], formatValue(v)))
+			}
+			m := filters[id]
+			var out []string
+			for j, e := range arr {
+				if !m(bson.D{{Key: id, Value: e}}) {
+					continue
+				}
+				sub := append(append(append([]string{}, parts[:i]...), strconv.Itoa(j)), parts[i+1:]...)
+				more, err := expandPositional(doc, filter, strings.Join(sub, "."), insert, filters)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, more...)
+			}
+			return out, nil
+		}
 		switch part {
 		case "$":
 			if insert {
@@ -95,7 +132,7 @@ func expandPositional(doc, filter bson.D, path string, insert bool) ([]string, e
 			var out []string
 			for j := range arr {
 				sub := append(append(append([]string{}, parts[:i]...), strconv.Itoa(j)), parts[i+1:]...)
-				more, err := expandPositional(doc, filter, strings.Join(sub, "."), insert)
+				more, err := expandPositional(doc, filter, strings.Join(sub, "."), insert, filters)
 				if err != nil {
 					return nil, err
 				}
@@ -165,10 +202,152 @@ var updateOperators = map[string]bool{
 	"$pop": true, "$rename": true, "$currentDate": true,
 }
 
+// updateOpts are the options of an update statement that shape how its
+// update document is read.
+type updateOpts struct {
+	arrayFilters bson.A
+	vars         exprVars // let variables and NOW, for pipeline updates
+}
+
+// parseUpdateWith parses an update with its arrayFilters and variables.
+func parseUpdateWith(u any, o updateOpts) (*updateSpec, error) {
+	if a, ok := u.(bson.A); ok {
+		if len(o.arrayFilters) > 0 {
+			return nil, newErr(codeFailedToParse, "arrayFilters may not be specified for pipeline-style updates")
+		}
+		return parsePipelineUpdate(a, o.vars)
+	}
+	spec, err := parseUpdate(u)
+	if err != nil {
+		return nil, err
+	}
+	if spec.isRepl {
+		if len(o.arrayFilters) > 0 {
+			return nil, newErr(codeFailedToParse, "Cannot use array filters with a replacement-style update")
+		}
+		return spec, nil
+	}
+	return spec, spec.setArrayFilters(o.arrayFilters, u)
+}
+
+// setArrayFilters compiles arrayFilters and checks that they and the
+// update's $[identifier] operators name each other, as MongoDB requires.
+func (u *updateSpec) setArrayFilters(raw bson.A, update any) error {
+	for _, x := range raw {
+		d, ok := x.(bson.D)
+		if !ok {
+			return newErr(codeTypeMismatch, "arrayFilters entries must be objects")
+		}
+		id, err := arrayFilterIdent(d)
+		if err != nil {
+			return err
+		}
+		if u.filters == nil {
+			u.filters = map[string]matcher{}
+		}
+		if _, dup := u.filters[id]; dup {
+			return newErr(codeFailedToParse, "Found multiple array filters with the same top-level field name %s", id)
+		}
+		m, err := compileFilter(d)
+		if err != nil {
+			return err
+		}
+		u.filters[id] = m
+	}
+	used := map[string]bool{}
+	for _, o := range u.ops {
+		for _, part := range strings.Split(o.path, ".") {
+			if id, ok := filteredIdent(part); ok {
+				if _, has := u.filters[id]; !has {
+					return errBadValue(fmt.Sprintf("No array filter found for identifier '%s' in path '%s'", id, o.path))
+				}
+				used[id] = true
+			}
+		}
+	}
+	for id := range u.filters {
+		if !used[id] {
+			return newErr(codeFailedToParse, "The array filter for identifier '%s' was not used in the update %s", id, formatValue(update))
+		}
+	}
+	return nil
+}
+
+var arrayFilterIdentRE = regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
+
+// arrayFilterIdent returns the one identifier an array filter is about.
+func arrayFilterIdent(d bson.D) (string, error) {
+	var id string
+	var walk func(d bson.D) error
+	walk = func(d bson.D) error {
+		for _, e := range d {
+			if strings.HasPrefix(e.Key, "$") {
+				if arr, ok := e.Value.(bson.A); ok && (e.Key == "$and" || e.Key == "$or" || e.Key == "$nor") {
+					for _, x := range arr {
+						if sub, ok := x.(bson.D); ok {
+							if err := walk(sub); err != nil {
+								return err
+							}
+						}
+					}
+				}
+				continue
+			}
+			name, _, _ := strings.Cut(e.Key, ".")
+			switch {
+			case id == "":
+				id = name
+			case id != name:
+				return newErr(codeFailedToParse, "Error parsing array filter :: caused by :: Each array filter must use a single top-level field name, found '%s' and '%s'", id, name)
+			}
+		}
+		return nil
+	}
+	if err := walk(d); err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", newErr(codeFailedToParse, "Cannot use an expression without a top-level field name in arrayFilters")
+	}
+	if !arrayFilterIdentRE.MatchString(id) {
+		return "", errBadValue(fmt.Sprintf("Error parsing array filter :: caused by :: The top-level field name must be an alphanumeric string beginning with a lowercase letter, found '%s'", id))
+	}
+	return id, nil
+}
+
+// pipelineUpdateStages are the stages an update pipeline may hold.
+var pipelineUpdateStages = map[string]bool{
+	"$addFields": true, "$set": true, "$project": true, "$unset": true, "$replaceRoot": true, "$replaceWith": true,
+}
+
+// parsePipelineUpdate parses an update given as an aggregation pipeline.
+func parsePipelineUpdate(a bson.A, vars exprVars) (*updateSpec, error) {
+	spec := &updateSpec{isPipeline: true}
+	for _, raw := range a {
+		d, ok := raw.(bson.D)
+		if !ok || len(d) != 1 {
+			return nil, newErr(40323, "A pipeline stage specification object must contain exactly one field.")
+		}
+		name := d[0].Key
+		if !pipelineUpdateStages[name] && name != "$fill" {
+			if _, err := parseStage(raw, func(string) []bson.D { return nil }); err != nil && asCmdError(err).Code == codeUnrecognizedStage {
+				return nil, err
+			}
+			return nil, newErr(codeInvalidOptions, "%s is not allowed to be used within an update", name)
+		}
+		st, err := parseStageV(raw, nil, vars)
+		if err != nil {
+			return nil, err
+		}
+		spec.pipeline = append(spec.pipeline, st)
+	}
+	return spec, nil
+}
+
 func parseUpdate(u any) (*updateSpec, error) {
 	switch x := u.(type) {
 	case bson.A:
-		return nil, errUnsupported("pipeline-style updates")
+		return parsePipelineUpdate(x, nil)
 	case bson.D:
 		if len(x) == 0 || !strings.HasPrefix(x[0].Key, "$") {
 			for _, e := range x {
@@ -205,6 +384,12 @@ func parseUpdate(u any) (*updateSpec, error) {
 					to, ok := a.Value.(string)
 					if !ok {
 						return nil, errBadValue(fmt.Sprintf("The 'to' field for $rename must be a string: %s: %s", a.Key, formatValue(a.Value)))
+					}
+					if strings.Contains(a.Key, "$") {
+						return nil, errBadValue("The source field for $rename may not be dynamic: " + a.Key)
+					}
+					if strings.Contains(to, "$") {
+						return nil, errBadValue("The destination field for $rename may not be dynamic: " + to)
 					}
 					if to == a.Key {
 						return nil, errBadValue(fmt.Sprintf("The source and target field for $rename must differ: %s: %s", a.Key, formatValue(to)))
@@ -302,6 +487,23 @@ func checkConflicts(ops []updOp) error {
 // apply returns the updated copy of doc. insert is true for upserts.
 func (u *updateSpec) apply(doc bson.D, insert bool) (bson.D, error) {
 	id, hasID := lookupField(doc, "_id")
+	if u.isPipeline {
+		out, err := runStages([]bson.D{copyDoc(doc)}, u.pipeline)
+		if err != nil {
+			return nil, err
+		}
+		res := out[0]
+		nid, ok := lookupField(res, "_id")
+		switch {
+		case !hasID:
+		case !ok:
+			// the _id of the document updated is kept
+			res = append(bson.D{{Key: "_id", Value: id}}, res...)
+		case !valuesEqual(nid, id) || typeRank(nid) != typeRank(id):
+			return nil, newErr(codeImmutableField, "After applying the update, the (immutable) field '_id' was found to have been altered to _id: %s", formatValue(nid))
+		}
+		return res, nil
+	}
 	if u.isRepl {
 		out := bson.D{}
 		if hasID {

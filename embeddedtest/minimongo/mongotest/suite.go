@@ -46,6 +46,10 @@ func Run(t *testing.T, setup func(t *testing.T) Env) {
 		{"ChangeStream", changeStreamTests},
 		{"Errors", errorTests},
 		{"Extras", extraTests},
+		{"FailPoint", failPointTests},
+		{"Faults", faultTests},
+		{"PipelineUpdate", pipelineUpdateTests},
+		{"DDL", ddlTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -214,6 +214,73 @@ var txnTests = map[string]func(t *testing.T, env Env){
 		got := findAll(t, env.DB.Collection("c"), D(), options.Find().SetSort(D("_id", 1)))
 		requireJSON(t, `[{"_id":0,"n":1},{"_id":1}]`, got)
 	},
+	"DDLInvisibleUntilCommit": func(t *testing.T, env Env) {
+		for _, commit := range []bool{false, true} {
+			name := map[bool]string{false: "abort", true: "commit"}[commit]
+			t.Run(name, func(t *testing.T) {
+				ctx := ctxFor(t)
+				sess, err := env.DB.Client().StartSession()
+				require.NoError(t, err)
+				defer sess.EndSession(ctx)
+				require.NoError(t, sess.StartTransaction())
+				sctx := mongo.NewSessionContext(ctx, sess)
+				explicit, implicit := "explicit_"+name, "implicit_"+name
+				require.NoError(t, env.DB.CreateCollection(sctx, explicit))
+				_, err = env.DB.Collection(explicit).Indexes().CreateOne(sctx, mongo.IndexModel{Keys: D("k", 1), Options: options.Index().SetUnique(true)})
+				require.NoError(t, err)
+				_, err = env.DB.Collection(explicit).InsertOne(sctx, D("_id", 1, "k", "a"))
+				require.NoError(t, err)
+				_, err = env.DB.Collection(explicit).InsertOne(sctx, D("_id", 2, "k", "a"))
+				require.True(t, mongo.IsDuplicateKeyError(err), "the index created in the transaction applies in it: %v", err)
+				require.NoError(t, sess.AbortTransaction(ctx))
+
+				require.NoError(t, sess.StartTransaction())
+				require.NoError(t, env.DB.CreateCollection(sctx, explicit))
+				_, err = env.DB.Collection(explicit).Indexes().CreateOne(sctx, mongo.IndexModel{Keys: D("k", 1), Options: options.Index().SetUnique(true)})
+				require.NoError(t, err)
+				_, err = env.DB.Collection(implicit).InsertOne(sctx, D("_id", 1))
+				require.NoError(t, err)
+				require.Equal(t, int64(1), count(t, sctx, env.DB.Collection(implicit), D()))
+
+				// invisible outside before the transaction ends
+				names, err := env.DB.ListCollectionNames(ctx, D("name", D("$in", A(explicit, implicit))))
+				require.NoError(t, err)
+				require.Empty(t, names)
+				require.Zero(t, count(t, ctx, env.DB.Collection(implicit), D()))
+
+				if !commit {
+					require.NoError(t, sess.AbortTransaction(ctx))
+					names, err = env.DB.ListCollectionNames(ctx, D("name", D("$in", A(explicit, implicit))))
+					require.NoError(t, err)
+					require.Empty(t, names, "nothing is left behind by an aborted transaction")
+					require.NoError(t, env.DB.CreateCollection(ctx, explicit))
+					specs, err := env.DB.Collection(explicit).Indexes().ListSpecifications(ctx)
+					require.NoError(t, err)
+					require.Len(t, specs, 1, "only the _id index")
+					return
+				}
+				require.NoError(t, sess.CommitTransaction(ctx))
+				names, err = env.DB.ListCollectionNames(ctx, D("name", D("$in", A(explicit, implicit))))
+				require.NoError(t, err)
+				require.ElementsMatch(t, []string{explicit, implicit}, names)
+				specs, err := env.DB.Collection(explicit).Indexes().ListSpecifications(ctx)
+				require.NoError(t, err)
+				require.Len(t, specs, 2)
+				require.Equal(t, int64(1), count(t, ctx, env.DB.Collection(implicit), D()))
+			})
+		}
+	},
+	"IndexOnExistingCollectionRefused": func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		require.NoError(t, env.DB.CreateCollection(ctx, "c"))
+		sess, err := env.DB.Client().StartSession()
+		require.NoError(t, err)
+		defer sess.EndSession(ctx)
+		require.NoError(t, sess.StartTransaction())
+		_, err = env.DB.Collection("c").Indexes().CreateOne(mongo.NewSessionContext(ctx, sess), mongo.IndexModel{Keys: D("k", 1)})
+		requireCode(t, err, 263)
+		_ = sess.AbortTransaction(ctx)
+	},
 	"DuplicateKeyAbortsTransaction": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
 		coll := env.DB.Collection("c")
