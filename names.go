@@ -9,7 +9,6 @@ import (
 
 var (
 	topicPattern      = regexp.MustCompile(`^[a-z0-9]+(\.[a-z0-9]+)*(\.v[0-9]+)?$`)
-	partitionToken    = regexp.MustCompile(`^p[0-9]+$`)
 	groupPattern      = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 	headerNamePattern = regexp.MustCompile(`^x-[a-z0-9-]+$`)
 )
@@ -42,7 +41,7 @@ func ValidateTopic(name string) error {
 		}
 	}
 	last := name[strings.LastIndexByte(name, '.')+1:]
-	if partitionToken.MatchString(last) {
+	if isPartitionToken(last) {
 		return fmt.Errorf("%w: %q ends in a partition token %q, which is reserved", ErrInvalidTopic, name, last)
 	}
 	return nil
@@ -105,7 +104,7 @@ func PartitionSubject(topic string, partition int) string {
 // subject has no partition token.
 func ParsePartitionSubject(subject string) (topic string, partition int, ok bool) {
 	i := strings.LastIndexByte(subject, '.')
-	if i <= 0 || !partitionToken.MatchString(subject[i+1:]) {
+	if i <= 0 || !isPartitionToken(subject[i+1:]) {
 		return "", 0, false
 	}
 	n := 0
@@ -116,6 +115,19 @@ func ParsePartitionSubject(subject string) (topic string, partition int, ok bool
 		}
 	}
 	return subject[:i], n, true
+}
+
+// isPartitionToken reports whether tok is "p" followed by one or more digits.
+func isPartitionToken(tok string) bool {
+	if len(tok) < 2 || tok[0] != 'p' {
+		return false
+	}
+	for i := 1; i < len(tok); i++ {
+		if tok[i] < '0' || tok[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // ConsumerName returns the durable consumer of a group's partition: "<group>_p<n>". Every

@@ -226,7 +226,9 @@ func positive(name string, n int) error {
 	return nil
 }
 
-// BatchSize sets how many events one pull asks for (default 100).
+// BatchSize sets how many events the first pull of a partition asks for (default 100). The
+// Bus then sizes its pulls to the handler's measured speed, between 1 and MaxInFlight, so
+// that the events it buffers are handled within a quarter of AckTimeout.
 func BatchSize(n int) SubscribeOption {
 	return func(o *SubscribeOptions) error { o.BatchSize = n; return positive("BatchSize", n) }
 }

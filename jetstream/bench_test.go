@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -146,8 +147,15 @@ func (e *benchEnv) fill(b *testing.B, topic string, n int) {
 	b.Helper()
 	ctx := context.Background()
 	for range n {
-		if _, err := e.bus.PublishAsync(ctx, topic, benchPayload); err != nil {
-			b.Fatal(err)
+		for {
+			_, err := e.bus.PublishAsync(ctx, topic, benchPayload)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetbus.ErrUnavailable) {
+				b.Fatal(err)
+			}
+			<-e.bus.PublishAsyncComplete() // the server is behind: let it catch up
 		}
 	}
 	select {

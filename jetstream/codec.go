@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/tidwall/gjson"
 
 	"github.com/jetbus/jetbus"
 )
@@ -57,58 +58,73 @@ func headerSize(h nats.Header) int {
 }
 
 // decode fills e with the event a delivered message carries (the consume path allocates the
-// Event together with its Delivery). A message published by a
-// foreign client without jetbus headers still decodes: its ID is "<stream>:<seq>" and its
-// TS the time the stream stored it. The returned error wraps jetbus.ErrDecode when the body
-// is not valid JSON; the event is complete nonetheless.
-func decode(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata) (jetbus.RawMessage, error) {
-	subject := m.Subject()
-	topic, part, ok := jetbus.ParsePartitionSubject(subject)
-	if !ok {
-		topic = subject
-	}
+// Event together with its Delivery). topic and partition are the consumer's: the subject
+// need not be parsed. A message published by a foreign client without jetbus headers still
+// decodes: its ID is "<stream>:<seq>" and its TS the time the stream stored it. The returned
+// error wraps jetbus.ErrDecode when the body is not valid JSON; the event is complete
+// nonetheless.
+//
+// This runs for every delivery: headers are looked up by name (the mapped ones), and the
+// header map is walked only when it holds more than those, for custom "x-" headers.
+func decode(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata, topic string, partition int) (jetbus.RawMessage, error) {
+	h := m.Headers()
+	data := m.Data()
 	raw := jetbus.RawMessage{
-		Subject: subject,
+		Subject: m.Subject(),
 		Stream:  meta.Stream,
 		Seq:     meta.Sequence.Stream,
-		Header:  m.Headers(),
-		Data:    m.Data(),
+		Header:  h,
+		Data:    data,
 		Time:    meta.Timestamp,
 	}
 	*e = jetbus.Event{
 		Topic:     topic,
-		Partition: part,
-		Payload:   json.RawMessage(m.Data()),
+		Partition: partition,
+		Payload:   json.RawMessage(data),
 		Seq:       meta.Sequence.Stream,
 	}
-	h := m.Headers()
-	for k, vs := range h {
-		if len(vs) == 0 {
-			continue
+	known := 0
+	if v := h[jetbus.HeaderMsgID]; len(v) > 0 {
+		e.ID = v[0]
+		known++
+	}
+	if v := h[jetbus.HeaderKey]; len(v) > 0 {
+		e.Key = v[0]
+		known++
+	}
+	if v := h[jetbus.HeaderTS]; len(v) > 0 {
+		if ms, err := strconv.ParseInt(v[0], 10, 64); err == nil {
+			e.TS = time.UnixMilli(ms)
 		}
-		v := vs[0]
-		switch k {
-		case jetbus.HeaderMsgID:
-			e.ID = v
-		case jetbus.HeaderKey:
-			e.Key = v
-		case jetbus.HeaderTS:
-			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-				e.TS = time.UnixMilli(ms)
+		known++
+	}
+	if v := h[jetbus.HeaderSID]; len(v) > 0 {
+		e.SID = v[0]
+		known++
+	}
+	if v := h[jetbus.HeaderCausedBy]; len(v) > 0 {
+		e.CausedBy = splitList(v[0])
+		known++
+	}
+	if v := h[jetbus.HeaderTags]; len(v) > 0 {
+		e.Tags = splitList(v[0])
+		known++
+	}
+	if _, ok := h[jetbus.HeaderContentType]; ok {
+		known++
+	}
+	if _, ok := h[pinHeader]; ok {
+		known++
+	}
+	if len(h) > known {
+		for k, vs := range h {
+			if len(vs) == 0 || !strings.HasPrefix(k, "x-") || jetbus.IsMappedHeader(k) {
+				continue
 			}
-		case jetbus.HeaderSID:
-			e.SID = v
-		case jetbus.HeaderCausedBy:
-			e.CausedBy = splitList(v)
-		case jetbus.HeaderTags:
-			e.Tags = splitList(v)
-		default:
-			if strings.HasPrefix(k, "x-") {
-				if e.Headers == nil {
-					e.Headers = make(map[string]string)
-				}
-				e.Headers[k] = v
+			if e.Headers == nil {
+				e.Headers = make(map[string]string)
 			}
+			e.Headers[k] = vs[0]
 		}
 	}
 	if e.ID == "" {
@@ -117,11 +133,14 @@ func decode(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata) (jetbus.Raw
 	if e.TS.IsZero() {
 		e.TS = meta.Timestamp
 	}
-	if !json.Valid(e.Payload) {
+	if !validJSON(data) {
 		return raw, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, meta.Stream, meta.Sequence.Stream)
 	}
 	return raw, nil
 }
+
+// pinHeader is the header the server adds to every delivery of a pinned consumer.
+const pinHeader = "Nats-Pin-Id"
 
 func splitList(v string) []string {
 	if v == "" {
@@ -146,3 +165,9 @@ func foreignSeq(stream, id string) (uint64, bool) {
 	seq, err := strconv.ParseUint(rest, 10, 64)
 	return seq, err == nil && seq > 0
 }
+
+// validJSON reports whether b is one valid JSON value (RFC 8259), as encoding/json.Valid does.
+// It runs for every publish of a json.RawMessage and every delivery, so it uses gjson's
+// validator, about three times faster than encoding/json's; FuzzValidJSON checks that the two
+// agree.
+func validJSON(b []byte) bool { return gjson.ValidBytes(b) }

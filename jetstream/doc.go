@@ -30,7 +30,27 @@
 //     on the last attempt is nak'ed, the server stops delivering it (MaxDeliver) and publishes
 //     its MAX_DELIVERIES advisory, from which the dead-letter safety net recovers it. Events
 //     are processed one at a time per partition, in stream order.
+//   - Pulls are sized to the handler (the pull window): the first asks for BatchSize events;
+//     after each window's worth the window is resized, by factors of two, to what the
+//     handler's measured speed handles within a quarter of AckTimeout, between 1 and
+//     MaxInFlight. A fast handler gets MaxInFlight (the server's limit anyway), so the pipeline
+//     never waits for a pull; a handler that slows down shrinks the window before the events
+//     it buffered outlive their ack timeout. Growing drains the pull first (nothing is lost);
+//     shrinking stops it and returns the buffered events to the consumer, in order.
 //   - Partition counts are cached per topic for WithTopicCacheTTL (default 10s).
 //   - Stop returns fetched but unhandled messages with a nak, which counts as a delivery: their
 //     next Delivery.Attempt is one higher.
+//
+// # Cost per delivery
+//
+// What the Bus itself does per delivery, without the server (BenchmarkDeliveryPath,
+// `go test -bench DeliveryPath -benchmem ./jetstream/`, on the 2-vCPU machine of
+// BENCHMARKS.md): about 460 ns and one allocation of 352 bytes (the Delivery and its Event
+// together) for an event without custom headers, tags or caused-by: reading the mapped
+// headers by name, checking the body is JSON (gjson's validator, three times faster than
+// encoding/json's and fuzzed against it), the handler chain, two clock reads for the pull
+// window, and the ack. TestDeliveryAllocations fails if a change adds an allocation. For
+// comparison, nats.go spends about 2 µs per message receiving it, and a pinned consumer costs
+// the server about 4 µs per message more than a plain one (it re-encodes the headers to add
+// the pin): the Bus consumes at the speed of a raw client of the same consumer (bench/peers).
 package jetstream

@@ -100,6 +100,25 @@ func (pc *partConsumer) release() {
 	}
 }
 
+// reclaimPin unpins the consumer when this client holds its pin through a handle it lost: the
+// new handle does not know the pin and would wait for it to time out. A pin held by another
+// client is left alone.
+func (pc *partConsumer) reclaimPin() {
+	if pc.pinID == "" {
+		return
+	}
+	b := pc.sub.bus
+	ctx, cancel := context.WithTimeout(pc.sub.ctx, 5*time.Second)
+	defer cancel()
+	cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
+	if err != nil || !pinnedBy(cons.CachedInfo(), pc.pinID) {
+		return
+	}
+	if err := b.unpin(ctx, pc.stream, pc.name); err != nil {
+		pc.log.Debug("unpin failed; the pin times out instead", "err", err)
+	}
+}
+
 // takeOver takes the partition from a previous holder that is known to have stopped (see
 // SubscribePartition): it unpins it and returns its unacknowledged deliveries to the consumer so
 // they are delivered first, in order, instead of after the ack timeout.

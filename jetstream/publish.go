@@ -68,7 +68,7 @@ func (b *Bus) newEvent(topic string, payload any, opts []jetbus.PublishOption) (
 func marshalPayload(payload any) (json.RawMessage, error) {
 	switch p := payload.(type) {
 	case json.RawMessage:
-		if !json.Valid(p) {
+		if !validJSON(p) {
 			return nil, fmt.Errorf("%w: raw message is not valid JSON", jetbus.ErrInvalidPayload)
 		}
 		return p, nil

@@ -37,7 +37,11 @@ type partConsumer struct {
 	name      string
 	gm        *groupMetrics
 	log       *slog.Logger
-	cons      natsjs.Consumer // from Subscribe, for the first pull; later pulls look it up again
+	// cons is the consumer handle pulls are made through. It is kept across pulls, because
+	// it carries the pin the server gave this client: a new handle would have to wait for
+	// the pin to time out. It is looked up again only after a failure.
+	cons natsjs.Consumer
+	win  window
 
 	mu   sync.Mutex
 	iter natsjs.MessagesContext
@@ -84,25 +88,20 @@ func (pc *partConsumer) run() {
 			return
 		}
 		wait = true
-		cons, err := pc.cons, error(nil)
-		pc.cons = nil
-		if cons == nil {
-			cons, err = b.js.Consumer(pc.sub.ctx, pc.stream, pc.name)
-		}
-		if errors.Is(err, natsjs.ErrConsumerNotFound) {
-			// Deleted behind our back: recreate it where the subscription starts.
-			pc.cons, err = b.ensureConsumer(pc.sub.ctx, pc.topic, pc.sub.group, pc.partition, &pc.sub.opts, func() (uint64, error) {
-				return b.resolve(pc.sub.ctx, pc.topic, pc.sub.opts.From)
-			})
-			if err == nil {
-				backoff.Reset()
-				wait = false
+		if pc.cons == nil {
+			cons, err := b.js.Consumer(pc.sub.ctx, pc.stream, pc.name)
+			if errors.Is(err, natsjs.ErrConsumerNotFound) {
+				// Deleted behind our back: recreate it where the subscription starts.
+				cons, err = b.ensureConsumer(pc.sub.ctx, pc.topic, pc.sub.group, pc.partition, &pc.sub.opts, func() (uint64, error) {
+					return b.resolve(pc.sub.ctx, pc.topic, pc.sub.opts.From)
+				})
+			}
+			if err != nil {
+				pc.log.Warn("consumer lookup failed", "err", err)
 				continue
 			}
-		}
-		if err != nil {
-			pc.log.Warn("consumer lookup failed", "err", err)
-			continue
+			pc.cons = cons
+			pc.reclaimPin()
 		}
 		if takeOver {
 			if err := pc.takeOver(); err != nil {
@@ -111,12 +110,13 @@ func (pc *partConsumer) run() {
 			}
 			takeOver = false
 		}
-		it, err := cons.Messages(
-			natsjs.PullMaxMessages(min(pc.sub.opts.BatchSize, pc.sub.opts.MaxInFlight)),
+		it, err := pc.cons.Messages(
+			natsjs.PullMaxMessages(pc.win.size),
 			natsjs.PullPriorityGroup(jetbus.PriorityGroup),
 		)
 		if err != nil {
 			pc.log.Warn("pull failed", "err", err)
+			pc.cons = nil
 			continue
 		}
 		if !pc.setIter(it) {
@@ -126,26 +126,33 @@ func (pc *partConsumer) run() {
 		if errors.Is(err, natsjs.ErrMsgIteratorClosed) && pc.sub.stopping() {
 			return
 		}
-		it.Stop()
-		if err != nil && !errors.Is(err, natsjs.ErrMsgIteratorClosed) {
-			pc.log.Info("pull interrupted, resuming", "err", err)
-		}
-		if errors.Is(err, errDeliveryGap) {
+		if errors.Is(err, errResize) {
+			// The pull was drained, nothing is lost: pull again with the new window.
 			backoff.Reset()
 			wait = false
+			continue
+		}
+		it.Stop()
+		if err != nil && !errors.Is(err, natsjs.ErrMsgIteratorClosed) && !errors.Is(err, errShrink) {
+			pc.log.Info("pull interrupted, resuming", "err", err)
+		}
+		clean := err == nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) || errors.Is(err, errDeliveryGap) || errors.Is(err, errShrink)
+		if !clean {
+			pc.cons = nil // the consumer may be gone or moved: look it up again
 		}
 		// Deliveries sent to the pull that just ended may have been lost on the way (a
 		// reconnect, a consumer leader change): get them back now and in order rather than
 		// after the ack timeout and behind later events of their keys.
 		pc.recoverDeliveries()
-		if err == nil || errors.Is(err, natsjs.ErrMsgIteratorClosed) {
+		if clean {
 			backoff.Reset()
 			wait = false
 		}
 	}
 }
 
-// consume handles messages until the iterator ends.
+// consume handles messages until the iterator ends, or until the window should change size:
+// then it drains the iterator (handling what it had buffered) and returns errResize.
 func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 	handle := pc.handle
 	if n := pc.sub.opts.KeyConcurrency; n > 1 {
@@ -153,16 +160,23 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		defer ws.stop()
 		handle = ws.dispatch
 	}
+	resizing := false
 	for {
-		t0 := time.Now()
+		var t0 time.Time
+		if pc.gm != nil {
+			t0 = time.Now()
+		}
 		msg, err := it.Next()
 		if err != nil {
+			if resizing && errors.Is(err, natsjs.ErrMsgIteratorClosed) && !pc.sub.stopping() {
+				return errResize
+			}
 			return err
 		}
 		if pc.gm != nil {
 			pc.gm.poll(time.Since(t0))
 		}
-		if pin := msg.Headers().Get("Nats-Pin-Id"); pin != "" && pin != pc.pinID {
+		if pin := msg.Headers().Get(pinHeader); pin != "" && pin != pc.pinID {
 			pc.pinID = pin
 		}
 		meta, err := msg.Metadata()
@@ -185,5 +199,15 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 			continue
 		}
 		handle(msg, meta)
+		if resizing {
+			continue
+		}
+		switch pc.win.delivered(time.Now()) {
+		case 1:
+			resizing = true
+			it.Drain()
+		case -1:
+			return errShrink
+		}
 	}
 }

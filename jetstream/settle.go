@@ -20,7 +20,7 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 		e jetbus.Event
 	})
 	e := &both.e
-	raw, decodeErr := decode(e, msg, meta)
+	raw, decodeErr := decode(e, msg, meta, pc.topic, pc.partition)
 	if decodeErr == nil && s.opts.Filter != nil && !s.opts.Filter(e) {
 		_ = msg.Ack()
 		return
@@ -39,11 +39,10 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 		key = pendingKey{topic: pc.topic, group: s.group, id: e.ID}
 		s.bus.addPending(key, &pendingDelivery{msg: msg, sub: s, pc: pc, attempt: d.Attempt})
 	}
-	var t0 time.Time
 	if pc.gm != nil {
 		pc.gm.deliver()
-		t0 = time.Now()
 	}
+	t0 := time.Now()
 	err := pc.call(d)
 	for err != nil && s.opts.KeyConcurrency > 1 && !jetbus.IsPermanent(err) && d.Attempt < s.opts.MaxAttempts {
 		// Retry in place so the key's next event waits for this one.
@@ -53,8 +52,10 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 		d.Attempt++
 		err = pc.call(d)
 	}
+	took := time.Since(t0)
+	pc.win.observe(took)
 	if pc.gm != nil {
-		pc.gm.handled(time.Since(t0))
+		pc.gm.handled(took)
 	}
 	if s.opts.ManualAck {
 		if err == nil {

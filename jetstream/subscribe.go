@@ -103,6 +103,7 @@ func (b *Bus) subscribe(ctx context.Context, topic, group string, only int, h je
 				name:      jetbus.ConsumerName(group, p),
 				gm:        b.metrics.group(t, group),
 				log:       b.opts.logger.With("topic", t, "group", group, "partition", p),
+				win:       newWindow(o.BatchSize, o.MaxInFlight, o.KeyConcurrency, o.AckTimeout),
 			})
 		}
 	}

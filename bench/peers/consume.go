@@ -86,7 +86,10 @@ func consumeScenario(ctx context.Context, e *env, cfg Config, name string, topic
 			return e.consumeWatermill(ctx, topics.watermill, n, h, false)
 		}},
 		{"raw nats.go (pull, Messages)", func(ctx context.Context, _ int) ([]float64, error) {
-			return e.consumeRaw(ctx, topics.raw, 1, n, h)
+			return e.consumeRaw(ctx, topics.raw, 1, n, h, rawPlain)
+		}},
+		{"raw nats.go (pull, pinned, window 1000)", func(ctx context.Context, _ int) ([]float64, error) {
+			return e.consumeRaw(ctx, topics.raw, 1, n, h, rawPinned)
 		}},
 	}
 	label := "consume + ack, no-op handler"
@@ -237,7 +240,20 @@ func (e *env) consumeWatermill(ctx context.Context, topic string, n int, h handl
 // deliver all, the Bus's ack wait and max ack pending, not pinned), each read through a
 // Messages iterator (PullMaxMessages(100)) in its own goroutine, every message acknowledged
 // with Ack.
-func (e *env) consumeRaw(ctx context.Context, topic string, partitions, n int, h handler) ([]float64, error) {
+// rawMode is how the raw side's consumers are set up.
+type rawMode int
+
+const (
+	// rawPlain: what a Go user writes first: a durable pull consumer read with Messages and
+	// PullMaxMessages(100).
+	rawPlain rawMode = iota
+	// rawPinned: the consumer as the Bus sets it up (pinned_client priority group, the second
+	// fence) read with the window the Bus grows to for a fast handler (MaxInFlight, 1000): the
+	// ceiling of any client of such a consumer.
+	rawPinned
+)
+
+func (e *env) consumeRaw(ctx context.Context, topic string, partitions, n int, h handler, mode rawMode) ([]float64, error) {
 	nc, err := e.connect()
 	if err != nil {
 		return nil, err
@@ -267,18 +283,26 @@ func (e *env) consumeRaw(ctx context.Context, topic string, partitions, n int, h
 	t0 := time.Now()
 	for p := range partitions {
 		consumers[p] = jetbus.ConsumerName(group, p)
-		cons, err := js.CreateConsumer(ctx, stream, natsjs.ConsumerConfig{
+		cfg := natsjs.ConsumerConfig{
 			Durable:       consumers[p],
 			FilterSubject: jetbus.PartitionSubject(topic, p),
 			AckPolicy:     natsjs.AckExplicitPolicy,
 			DeliverPolicy: natsjs.DeliverAllPolicy,
 			AckWait:       ackWait,
 			MaxAckPending: maxAckPending,
-		})
+		}
+		pull := []natsjs.PullMessagesOpt{natsjs.PullMaxMessages(pullBatch)}
+		if mode == rawPinned {
+			cfg.PriorityPolicy = natsjs.PriorityPolicyPinned
+			cfg.PriorityGroups = []string{jetbus.PriorityGroup}
+			cfg.PinnedTTL = 10 * time.Second
+			pull = []natsjs.PullMessagesOpt{natsjs.PullMaxMessages(maxAckPending), natsjs.PullPriorityGroup(jetbus.PriorityGroup)}
+		}
+		cons, err := js.CreateConsumer(ctx, stream, cfg)
 		if err != nil {
 			return nil, err
 		}
-		it, err := cons.Messages(natsjs.PullMaxMessages(pullBatch))
+		it, err := cons.Messages(pull...)
 		if err != nil {
 			return nil, err
 		}

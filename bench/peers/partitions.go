@@ -49,7 +49,7 @@ func partitionsScenario(ctx context.Context, e *env, cfg Config, progress io.Wri
 			return e.consumePartitioned(ctx, busTopic, cfg.Partitions, n)
 		}},
 		{fmt.Sprintf("raw nats.go (%d pull consumers)", cfg.Partitions), func(ctx context.Context, _ int) ([]float64, error) {
-			return e.consumeRaw(ctx, rawTopic, cfg.Partitions, n, noop)
+			return e.consumeRaw(ctx, rawTopic, cfg.Partitions, n, noop, rawPlain)
 		}},
 	}
 	label := fmt.Sprintf("%d partitions, consume + ack, no-op handler", cfg.Partitions)

@@ -196,7 +196,10 @@ func parallel(g, n int, f func() error) error {
 }
 
 // syncScenario measures the latency of one synchronous publish at a time: p50 and p99 of
-// each round's cfg.SyncEvents publishes.
+// each round's cfg.SyncEvents publishes per side. Latency drifts with the machine's state
+// (timer and scheduler wake-ups), so the sides are not run one after the other: each round
+// interleaves them publish by publish (in an order that rotates every publish), and each
+// side's figures are taken from its share of that one interleaved run.
 func syncScenario(ctx context.Context, e *env, cfg Config, progress io.Writer) (*result, error) {
 	p, err := e.newPublishers(ctx)
 	if err != nil {
@@ -208,44 +211,73 @@ func syncScenario(ctx context.Context, e *env, cfg Config, progress io.Writer) (
 		return nil, err
 	}
 	n := cfg.SyncEvents
-	lat := make([]float64, n)
-	timed := func(ctx context.Context, topic string, publish func(ctx context.Context, subject string) error) ([]float64, error) {
-		if err := e.purge(ctx, topic); err != nil {
-			return nil, err
+	publish := []func(ctx context.Context) error{
+		func(ctx context.Context) error {
+			_, err := p.bus.Publish(ctx, topics["jetbus"], body)
+			return err
+		},
+		func(ctx context.Context) error {
+			_, err := p.js.PublishMsg(ctx, rawMsg(jetbus.PartitionSubject(topics["raw"], 0), uuid.NewString()))
+			return err
+		},
+		func(context.Context) error {
+			return p.wm.Publish(jetbus.PartitionSubject(topics["watermill"], 0), newWatermillMessage())
+		},
+	}
+	order := []string{"jetbus", "raw", "watermill"}
+	// figures[round][side] holds p50 and p99 of the side's share of the round's run, made
+	// by the round's first side and read by the others.
+	figures := map[int][][]float64{}
+	interleaved := func(ctx context.Context, round int) error {
+		if _, ok := figures[round]; ok {
+			return nil
 		}
-		subject := jetbus.PartitionSubject(topic, 0)
+		for _, t := range order {
+			if err := e.purge(ctx, topics[t]); err != nil {
+				return err
+			}
+		}
+		lat := make([][]float64, len(publish))
+		for i := range lat {
+			lat[i] = make([]float64, n)
+		}
 		for i := range n {
-			t0 := time.Now()
-			if err := publish(ctx, subject); err != nil {
+			for k := range publish {
+				s := (i + k) % len(publish)
+				t0 := time.Now()
+				if err := publish[s](ctx); err != nil {
+					return err
+				}
+				lat[s][i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+			}
+		}
+		figures[round] = make([][]float64, len(publish))
+		for s := range lat {
+			if err := e.checkStored(ctx, topics[order[s]], n); err != nil {
+				return err
+			}
+			slices.Sort(lat[s])
+			figures[round][s] = []float64{percentile(lat[s], 50), percentile(lat[s], 99)}
+		}
+		return nil
+	}
+	share := func(s int) func(ctx context.Context, round int) ([]float64, error) {
+		return func(ctx context.Context, round int) ([]float64, error) {
+			if err := interleaved(ctx, round); err != nil {
 				return nil, err
 			}
-			lat[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+			return figures[round][s], nil
 		}
-		if err := e.checkStored(ctx, topic, n); err != nil {
-			return nil, err
-		}
-		slices.Sort(lat)
-		return []float64{percentile(lat, 50), percentile(lat, 99)}, nil
 	}
 	sides := []side{
-		{"jetbus (Publish)", func(ctx context.Context, _ int) ([]float64, error) {
-			return timed(ctx, topics["jetbus"], func(ctx context.Context, _ string) error {
-				_, err := p.bus.Publish(ctx, topics["jetbus"], body)
-				return err
-			})
-		}},
-		{"raw nats.go (PublishMsg)", func(ctx context.Context, _ int) ([]float64, error) {
-			return timed(ctx, topics["raw"], func(ctx context.Context, subject string) error {
-				_, err := p.js.PublishMsg(ctx, rawMsg(subject, uuid.NewString()))
-				return err
-			})
-		}},
-		{"watermill (Publish)", func(ctx context.Context, _ int) ([]float64, error) {
-			return timed(ctx, topics["watermill"], func(_ context.Context, subject string) error {
-				return p.wm.Publish(subject, newWatermillMessage())
-			})
-		}},
+		{"jetbus (Publish)", share(0)},
+		{"raw nats.go (PublishMsg)", share(1)},
+		{"watermill (Publish)", share(2)},
 	}
 	metrics := []metric{{"sync publish p50", unitLatency, false}, {"sync publish p99", unitLatency, false}}
-	return runRounds(ctx, cfg, scenarioSync, n, metrics, sides, progress)
+	res, err := runRounds(ctx, cfg, scenarioSync, n, metrics, sides, progress)
+	if res != nil {
+		res.noCPU = true
+	}
+	return res, err
 }

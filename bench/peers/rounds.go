@@ -33,6 +33,7 @@ type result struct {
 	sides   []string
 	values  [][][]float64
 	cpu     [][]float64
+	noCPU   bool // cpu is not attributable to one side
 }
 
 // runRounds runs every side once per round. The order rotates by one each round, so each

@@ -39,8 +39,12 @@ func writeTable(w io.Writer, results []*result) {
 				if i > 0 && med > 0 {
 					ratio = strconv.FormatFloat(busMed/med, 'f', 2, 64)
 				}
-				_, cpu, _ := stats(res.cpu[i])
-				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f |\n", label, name,
+				cpu := "—" // not attributable to one side (the sync scenario interleaves them)
+				if !res.noCPU {
+					_, c, _ := stats(res.cpu[i])
+					cpu = strconv.FormatFloat(c, 'f', 1, 64)
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", label, name,
 					format(lo, mt.unit), format(med, mt.unit), format(hi, mt.unit), ratio, cpu)
 			}
 		}

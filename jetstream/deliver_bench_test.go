@@ -1,0 +1,95 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+)
+
+// fakeMsg is a delivered message without a server: settling it records the call.
+type fakeMsg struct {
+	subject string
+	reply   string
+	header  nats.Header
+	data    []byte
+	meta    natsjs.MsgMetadata
+	acks    int
+}
+
+func (m *fakeMsg) Metadata() (*natsjs.MsgMetadata, error) { md := m.meta; return &md, nil }
+func (m *fakeMsg) Data() []byte                           { return m.data }
+func (m *fakeMsg) Headers() nats.Header                   { return m.header }
+func (m *fakeMsg) Subject() string                        { return m.subject }
+func (m *fakeMsg) Reply() string                          { return m.reply }
+func (m *fakeMsg) Ack() error                             { m.acks++; return nil }
+func (m *fakeMsg) DoubleAck(context.Context) error        { m.acks++; return nil }
+func (m *fakeMsg) Nak() error                             { return nil }
+func (m *fakeMsg) NakWithDelay(time.Duration) error       { return nil }
+func (m *fakeMsg) InProgress() error                      { return nil }
+func (m *fakeMsg) Term() error                            { return nil }
+func (m *fakeMsg) TermWithReason(string) error            { return nil }
+
+// deliveryFixture is one partition consumer of a one-partition topic with a do-nothing
+// handler, and a message as the Bus publishes it.
+func deliveryFixture() (*partConsumer, *fakeMsg) {
+	s := &subscription{group: "g", stopCh: make(chan struct{}), ctx: context.Background()}
+	s.opts, _ = jetbus.ApplySubscribeOptions()
+	s.handler = jetbus.ChainHandler(func(ctx context.Context, d *jetbus.Delivery) error {
+		if d.DecodeErr != nil {
+			return jetbus.Permanent(d.DecodeErr)
+		}
+		return nil
+	})
+	pc := &partConsumer{sub: s, topic: "orders", stream: "orders", partition: 0, name: "g_p0"}
+	e := &jetbus.Event{ID: newEventID(time.Now()), Topic: "orders", TS: time.Now(), Payload: []byte(`{"order":12345,"customer":"c-987","amount":42.5,"items":["a","b","c"]}`)}
+	wire := encode(e, "orders.p0")
+	m := &fakeMsg{subject: wire.Subject, reply: "$JS.ACK.orders.g_p0.1.7.7.1700000000000000000.0", header: wire.Header, data: wire.Data}
+	m.meta = natsjs.MsgMetadata{Sequence: natsjs.SequencePair{Stream: 7, Consumer: 7}, NumDelivered: 1, Stream: "orders", Consumer: "g_p0", Timestamp: time.Now()}
+	return pc, m
+}
+
+// BenchmarkDeliveryPath is the Bus's own work per delivery, without the server: decode the
+// message into an Event, run the handler chain (a do-nothing handler) and settle it.
+func BenchmarkDeliveryPath(b *testing.B) {
+	pc, m := deliveryFixture()
+	b.ReportAllocs()
+	for b.Loop() {
+		meta, _ := m.Metadata()
+		pc.handle(m, meta)
+	}
+}
+
+// TestDeliveryAllocations guards the delivery path's allocations (see "Cost per delivery" in
+// the package doc): one allocation per delivery, the Delivery and its Event together, for an
+// event without custom headers, tags or caused-by.
+func TestDeliveryAllocations(t *testing.T) {
+	pc, m := deliveryFixture()
+	meta, _ := m.Metadata()
+	allocs := testing.AllocsPerRun(1000, func() { pc.handle(m, meta) })
+	if allocs > 1 {
+		t.Errorf("%.1f allocations per delivery, want 1", allocs)
+	}
+	if m.acks == 0 {
+		t.Error("the fixture's deliveries were not acknowledged")
+	}
+}
+
+// FuzzValidJSON checks that validJSON accepts exactly what encoding/json accepts.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range []string{`{}`, `[1,2]`, `"a\u0000"`, `1e5`, `-0.1`, `{"a":}`, "\"\x01\"", `01`, `1.`,
+		`"\ud800"`, "\"\xff\"", ` true `, `nul`, "\"\x10\\b\"", `{"a":1,}`, `[1,]`, "\t\n1\r", `1 2`, `-`,
+		`0e`, `"\u12"`, "\"\xed\xa0\x80\"", `null`, `{"a":[{"b":null}]}`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := validJSON(b), json.Valid(b); got != want {
+			t.Fatalf("validJSON(%q) = %v, encoding/json says %v", b, got, want)
+		}
+	})
+}
