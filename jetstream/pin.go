@@ -35,8 +35,10 @@ func (pc *partConsumer) recoverDeliveries() {
 	}
 }
 
-// settledInfo flushes this client's acks and returns the consumer's state once nothing is
-// pending or wait has passed.
+// settledInfo flushes this client's acks and returns the consumer's state once the server
+// has processed them: nothing is pending, or the ack floor reached the last event this client
+// handled (deliveries lost in flight stay pending, so that alone may never come), or wait has
+// passed.
 func (pc *partConsumer) settledInfo(ctx context.Context, wait time.Duration) (*natsjs.ConsumerInfo, error) {
 	b := pc.sub.bus
 	if err := b.nc.FlushWithContext(ctx); err != nil {
@@ -49,7 +51,8 @@ func (pc *partConsumer) settledInfo(ctx context.Context, wait time.Duration) (*n
 			return nil, err
 		}
 		info := cons.CachedInfo()
-		if info.NumAckPending == 0 || time.Now().After(deadline) {
+		upTo := pc.handledUpTo.Load()
+		if info.NumAckPending == 0 || (upTo > 0 && info.AckFloor.Stream >= upTo) || time.Now().After(deadline) {
 			return info, nil
 		}
 		select {

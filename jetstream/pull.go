@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -51,6 +52,10 @@ type partConsumer struct {
 	// consume and the deferred release) touches them.
 	pinID    string
 	lastDSeq uint64
+	// handledUpTo is the stream sequence of the last event handled and settled, when events
+	// are handled one at a time (without KeyConcurrency): every earlier delivery of this
+	// client is settled too.
+	handledUpTo atomic.Uint64
 }
 
 func (pc *partConsumer) stopIter() {

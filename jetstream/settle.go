@@ -66,6 +66,9 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 		}
 	}
 	pc.settle(msg, d.Attempt, e, err)
+	if s.opts.KeyConcurrency <= 1 {
+		pc.handledUpTo.Store(e.Seq)
+	}
 }
 
 // holdFor waits d while keeping msg's ack deadline alive. It returns false when the
