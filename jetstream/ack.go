@@ -54,21 +54,47 @@ func (b *Bus) lookupPending(ctx context.Context, topic, group, id string) (*pend
 	return p, nil
 }
 
-// dropPending returns the undecided deliveries of a stopped subscription to the server.
-func (b *Bus) dropPending(s *subscription) {
+// dropPending returns to the server the undecided ManualAck deliveries of a stopped
+// subscription (see also release, which resets instead where it can).
+func (b *Bus) dropPending(s *subscription) { nakAll(b.takePendingOf(s, nil)) }
+
+// takePendingOf removes the undecided ManualAck deliveries of subscription s's partition
+// consumer pc (all of its partitions when pc is nil) and returns them.
+func (b *Bus) takePendingOf(s *subscription, pc *partConsumer) []*pendingDelivery {
 	b.mu.Lock()
-	var drop []*pendingDelivery
+	defer b.mu.Unlock()
+	var out []*pendingDelivery
 	for k, p := range b.pending {
-		if p.sub == s {
-			drop = append(drop, p)
+		if p.sub == s && (pc == nil || p.pc == pc) {
+			out = append(out, p)
 			delete(b.pending, k)
 		}
 	}
-	b.mu.Unlock()
-	for _, p := range drop {
+	return out
+}
+
+// nakAll returns deliveries to the server.
+func nakAll(ps []*pendingDelivery) {
+	for _, p := range ps {
+		p.pc.naked.Store(true)
 		_ = p.msg.Nak()
 		p.pc.gm.settle(false)
 	}
+}
+
+// hasPending reports whether a ManualAck delivery of pc awaits Bus.Ack or Bus.Nack.
+func (b *Bus) hasPending(pc *partConsumer) bool {
+	if !pc.sub.opts.ManualAck {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.pending {
+		if p.pc == pc {
+			return true
+		}
+	}
+	return false
 }
 
 // Ack implements jetbus.Bus for ManualAck subscriptions: it waits for the server to confirm
@@ -93,6 +119,7 @@ func (b *Bus) Nack(ctx context.Context, topic, group, id string) error {
 		return err
 	}
 	p.pc.gm.settle(false)
+	p.pc.naked.Store(true)
 	if p.attempt < p.sub.opts.MaxAttempts {
 		err = p.msg.NakWithDelay(p.sub.opts.Backoff(p.attempt))
 	} else {

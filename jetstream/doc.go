@@ -38,8 +38,11 @@
 //     it buffered outlive their ack timeout. Growing drains the pull first (nothing is lost);
 //     shrinking stops it and returns the buffered events to the consumer, in order.
 //   - Partition counts are cached per topic for WithTopicCacheTTL (default 10s).
-//   - Stop returns fetched but unhandled messages with a nak, which counts as a delivery: their
-//     next Delivery.Attempt is one higher.
+//   - Stop returns fetched but unhandled messages (and ManualAck deliveries not settled yet)
+//     by resetting the partition's consumer to its ack floor once this client's acks are
+//     settled, not with naks: a nak that reached the server after the next owner received the
+//     same event would send it back again, out of order. They are delivered next, in order,
+//     with their Attempt unchanged.
 //
 // # Cost per delivery
 //

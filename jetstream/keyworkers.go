@@ -30,8 +30,7 @@ func (pc *partConsumer) startWorkers(n int) *keyWorkers {
 			defer ws.wg.Done()
 			for d := range in {
 				if pc.sub.stopping() && !pc.sub.draining.Load() {
-					_ = d.msg.Nak()
-					continue
+					continue // left pending: release returns it (see consume)
 				}
 				pc.handle(d.msg, d.meta)
 			}

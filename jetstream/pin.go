@@ -23,6 +23,11 @@ func (pc *partConsumer) recoverDeliveries() {
 	if pc.pinID == "" {
 		return
 	}
+	if pc.sub.bus.hasPending(pc) {
+		// A reset would deliver again the events the application still holds for Bus.Ack:
+		// lost deliveries come back after the ack timeout instead.
+		return
+	}
 	b := pc.sub.bus
 	ctx, cancel := context.WithTimeout(pc.sub.ctx, 5*time.Second)
 	defer cancel()
@@ -37,8 +42,9 @@ func (pc *partConsumer) recoverDeliveries() {
 
 // settledInfo flushes this client's acks and returns the consumer's state once the server
 // has processed them: nothing is pending, or the ack floor reached the last event this client
-// handled (deliveries lost in flight stay pending, so that alone may never come), or wait has
-// passed.
+// handled (deliveries lost in flight stay pending, so that alone may never come) and no nak
+// was sent since the last time (a nak leaves no trace in the ack floor: only "nothing
+// pending" shows it was processed), or wait has passed.
 func (pc *partConsumer) settledInfo(ctx context.Context, wait time.Duration) (*natsjs.ConsumerInfo, error) {
 	b := pc.sub.bus
 	if err := b.nc.FlushWithContext(ctx); err != nil {
@@ -52,7 +58,9 @@ func (pc *partConsumer) settledInfo(ctx context.Context, wait time.Duration) (*n
 		}
 		info := cons.CachedInfo()
 		upTo := pc.handledUpTo.Load()
-		if info.NumAckPending == 0 || (upTo > 0 && info.AckFloor.Stream >= upTo) || time.Now().After(deadline) {
+		caughtUp := upTo > 0 && info.AckFloor.Stream >= upTo && !pc.naked.Load()
+		if info.NumAckPending == 0 || caughtUp || time.Now().After(deadline) {
+			pc.naked.Store(false)
 			return info, nil
 		}
 		select {
@@ -73,25 +81,34 @@ func pinnedBy(info *natsjs.ConsumerInfo, pin string) bool {
 }
 
 // release hands the partition back when the subscription stops: deliveries still
-// unacknowledged at the server (a retry waiting for its backoff, or messages the server sent to
-// the pull request as it was closing) are returned by resetting the consumer to its ack floor,
-// so the next owner gets them first and in order; then the pin is released, so the next
-// subscriber does not wait for the pin TTL.
+// unacknowledged at the server (fetched but not started, a retry waiting for its backoff, a
+// ManualAck delivery not settled yet, messages the server sent to the pull as it was closing)
+// are returned by resetting the consumer to its ack floor once this client's acks are
+// settled, so the next owner gets them first and in order; then the pin is released, so the
+// next subscriber does not wait for the pin TTL.
 func (pc *partConsumer) release() {
 	pin := pc.pinID
 	if pin == "" {
 		return // never consumed: nothing to hand back, and the pin is someone else's
 	}
 	b := pc.sub.bus
+	// Deliveries the application still held for Bus.Ack are returned with the others by the
+	// reset below; only when this client cannot reset are they nak'ed instead.
+	held := b.takePendingOf(pc.sub, pc)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	info, err := pc.settledInfo(ctx, time.Second)
 	if err != nil {
 		pc.log.Debug("consumer lookup on release failed", "err", err)
+		nakAll(held)
 		return
 	}
 	if !pinnedBy(info, pin) {
+		nakAll(held)
 		return // someone else holds the partition now: its state is not ours to touch
+	}
+	for _, p := range held {
+		p.pc.gm.settle(false)
 	}
 	if info.NumAckPending > 0 {
 		if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {

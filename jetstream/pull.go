@@ -56,6 +56,8 @@ type partConsumer struct {
 	// are handled one at a time (without KeyConcurrency): every earlier delivery of this
 	// client is settled too.
 	handledUpTo atomic.Uint64
+	// naked is set when a nak was sent since the consumer's state was last awaited.
+	naked atomic.Bool
 }
 
 func (pc *partConsumer) stopIter() {
@@ -197,10 +199,9 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		}
 		pc.lastDSeq = meta.Sequence.Consumer
 		if pc.sub.stopping() && !pc.sub.draining.Load() {
-			// Fetched but not started: give it back so the next owner gets it at once.
-			if err := msg.Nak(); err != nil {
-				pc.log.Debug("nak on stop failed", "err", err)
-			}
+			// Fetched but not started: left pending, release returns it to the consumer with
+			// a reset (a nak could reach the server after that reset and hit the next owner's
+			// delivery of the same event).
 			continue
 		}
 		handle(msg, meta)

@@ -119,9 +119,11 @@ func (pc *partConsumer) settle(msg natsjs.Msg, attempt int, e *jetbus.Event, err
 		serr = msg.TermWithReason(truncate(err.Error(), 256))
 	case attempt < s.opts.MaxAttempts:
 		pc.log.Info("event failed, will retry", "id", e.ID, "seq", e.Seq, "attempt", attempt, "err", err)
+		pc.naked.Store(true)
 		serr = msg.NakWithDelay(s.opts.Backoff(attempt))
 	default:
 		pc.log.Error("event failed on its last attempt", "id", e.ID, "seq", e.Seq, "attempt", attempt, "err", err)
+		pc.naked.Store(true)
 		serr = msg.Nak()
 	}
 	pc.gm.settle(false)
