@@ -31,24 +31,37 @@ func Scan(ctx context.Context, js JetStream, stream string, cfg natsjs.OrderedCo
 	}
 	pending := c.CachedInfo().NumPending
 	for pending > 0 && ctx.Err() == nil {
-		msgs, err := c.Fetch(int(min(pending, batch)), natsjs.FetchMaxWait(5*time.Second))
+		n, done := 0, false
+		// A fetch that fails before delivering anything (no responders while a cluster
+		// elects the consumer's leader) is asked again; the ordered consumer resumes after
+		// the last message it delivered.
+		err := retry.Do(ctx, fetchPolicy, func(context.Context) error {
+			msgs, err := c.Fetch(int(min(pending, batch)), natsjs.FetchMaxWait(5*time.Second))
+			if err != nil {
+				return err
+			}
+			for m := range msgs.Messages() {
+				n++
+				meta, err := m.Metadata()
+				if err != nil {
+					continue
+				}
+				pending = meta.NumPending
+				if !fn(m, meta) {
+					done = true
+					return nil
+				}
+			}
+			if err := msgs.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) && n == 0 {
+				return err
+			}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", stream, err)
 		}
-		n := 0
-		for m := range msgs.Messages() {
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			pending = meta.NumPending
-			if !fn(m, meta) {
-				return nil
-			}
-		}
-		if err := msgs.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) {
-			return fmt.Errorf("scan %s: %w", stream, err)
+		if done {
+			return nil
 		}
 		if n == 0 {
 			break
@@ -69,4 +82,7 @@ func orderedConsumer(ctx context.Context, js JetStream, stream string, cfg natsj
 	return c, err
 }
 
-var createPolicy = retry.Policy{Try: 5 * time.Second, Attempts: 8, Backoff: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
+var (
+	createPolicy = retry.Policy{Try: 5 * time.Second, Attempts: 8, Backoff: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
+	fetchPolicy  = retry.Policy{Attempts: 8, Backoff: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
+)
