@@ -107,7 +107,9 @@ func (r *Runner) Run(ctx context.Context, drain time.Duration) error {
 		r.set(res.name, StateStopped, nil)
 		r.log.Info("component stopped", "component", res.name)
 	}
-	for running > 0 && failure == nil && ctx.Err() == nil {
+	// Until the signal or a failure; a component that returned nil leaves the others (and
+	// the operations server) running.
+	for failure == nil && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
 		case res := <-done:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,13 @@ func Run(ctx context.Context, spec Spec) error {
 	for _, t := range cfg.Topics {
 		topics = append(topics, t.Name)
 	}
+	// Status lists the declared projections' groups in both processes, as `bridge status`.
+	groups := append([]ops.GroupRef(nil), spec.Groups...)
+	for _, p := range cfg.Projections {
+		if g := (ops.GroupRef{Topic: p.Topic, Group: p.Name}); !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
 	reg := ops.NewRegistry()
 	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups)}
 
@@ -136,7 +144,7 @@ func Run(ctx context.Context, spec Spec) error {
 		if e == nil {
 			return nil, errors.New(phase.Load().(string))
 		}
-		st, err := ops.Collect(ctx, ops.Source{JS: e.Bus.JetStream(), Bus: e.Bus, Topics: topics, Groups: spec.Groups})
+		st, err := ops.Collect(ctx, ops.Source{JS: e.Bus.JetStream(), Bus: e.Bus, Topics: topics, Groups: groups})
 		if err != nil {
 			return nil, err
 		}
