@@ -2,12 +2,15 @@
 GO        ?= go
 PKGS      ?= ./...
 
-.PHONY: all build test test-short vet fmt-check lint bench bench-peers soak dev clean
+.PHONY: all build test test-short vet fmt-check lint bench bench-peers soak dev docs clean
 
 all: build test
 
+## build: production builds of the binaries, bin/bridge and bin/projector (no dev mode: neither
+## nats-server nor the MongoDB test backend is linked in).
 build:
 	$(GO) build $(PKGS)
+	$(GO) build -o bin/ ./cmd/bridge ./cmd/projector
 
 ## test: vet, gofmt check and every test with the race detector (embedded NATS and MongoDB backend).
 test: vet fmt-check
@@ -49,9 +52,24 @@ SOAK ?= 5
 soak:
 	$(GO) test -race -count=$(SOAK) -run 'Churn|Conformance|Cluster' -timeout 60m ./partition/ ./jetstream/ ./embeddedtest/
 
-## dev: embedded NATS (JetStream under ./data) and the MongoDB test backend, until Ctrl-C.
+## dev: dev builds (-tags dev) of both binaries on examples/jetbus.yaml: the bridge starts the
+## embedded NATS (JetStream under ./data) and the MongoDB test backend; the projector connects to
+## them. Ops endpoints on 127.0.0.1:8080 (bridge) and 127.0.0.1:8081 (projector). Ctrl-C or
+## SIGTERM stops both gracefully.
+DEV_CONFIG ?= examples/jetbus.yaml
 dev:
-	$(GO) run ./cmd/bridge dev
+	$(GO) build -tags dev -o bin/dev/ ./cmd/bridge ./cmd/projector
+	@bin/dev/bridge run --dev --config $(DEV_CONFIG) & b=$$!; \
+	bin/dev/projector run --config $(DEV_CONFIG) --http-addr 127.0.0.1:8081 & p=$$!; \
+	trap 'kill -TERM $$b $$p 2>/dev/null' TERM; \
+	wait $$b; wait $$p
+
+## docs: regenerate docs/config.md from internal/config and README's command reference from the
+## commands (tests fail while they differ).
+docs:
+	$(GO) test -count=1 -run TestReference ./internal/config -update
+	$(GO) test -count=1 -run TestREADMEReference ./cmd/bridge -update
+	$(GO) test -count=1 -run TestREADMEReference ./cmd/projector -update
 
 clean:
 	rm -rf data bin

@@ -3,219 +3,262 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/internal/cli"
+	"github.com/jetbus/jetbus/internal/config"
+	"github.com/jetbus/jetbus/internal/process"
 	"github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/schema"
 )
 
-const dlqUsage = `usage: bridge dlq <list|count|show|replay|discard|sweep> [flags]
-  list    [filters] [--limit N] [--json]        dead letters, oldest first
-  count   [filters]                             how many match
-  show    SEQ                                   one dead letter, as JSON
-  replay  [filters] [--limit N] [--dry-run]     republish to the original topics (validated) and remove
-  discard [filters] [--limit N] --yes           remove without replaying
-  sweep                                         move messages the server gave up on into the DLQ, until stopped
-filters: --topic T --group G --reason R --key K --since D --until D (D: RFC 3339, or a duration ago such as 2h)`
+// reasons a dead letter can have: dlq's, and those DESIGN.md gives projections and ingress.
+var reasons = []string{dlq.ReasonMaxAttempts, dlq.ReasonPermanent, dlq.ReasonDecode, dlq.ReasonMaxDeliveries, dlq.ReasonParked, "projection", "ingress"}
 
-// dlqFlags are the connection and filter flags every dlq subcommand shares.
-type dlqFlags struct {
-	url, topic, group, reason, key, since, until string
-	limit                                        int
-	timeout                                      time.Duration
+// dlqCmd is what every dlq subcommand shares: connection and filter flags, and the open Queue.
+type dlqCmd struct {
+	conn              *cli.Conn
+	topic, group, key *string
+	reason            *cli.Enum
+	since, until      cli.Time
+	limit             *int
+	timeout           *time.Duration
+	cfg               *config.Config
+	nc                *nats.Conn
+	bus               *jetstream.Bus
+	q                 *dlq.Queue
 }
 
-func (f *dlqFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "nats-url", nats.DefaultURL, "NATS server URL(s), comma-separated")
-	fs.StringVar(&f.topic, "topic", "", "only this topic")
-	fs.StringVar(&f.group, "group", "", "only this consumer group")
-	fs.StringVar(&f.reason, "reason", "", "only this reason (max-attempts, permanent, decode, max-deliveries, parked)")
-	fs.StringVar(&f.key, "key", "", "only this event key")
-	fs.StringVar(&f.since, "since", "", "dead-lettered at or after (RFC 3339, or a duration ago)")
-	fs.StringVar(&f.until, "until", "", "dead-lettered before (RFC 3339, or a duration ago)")
-	fs.IntVar(&f.limit, "limit", 0, "at most this many (0: all)")
-	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long")
+func newDLQCmd(cmd *cobra.Command, filters, limit, bounded bool) *dlqCmd {
+	d := &dlqCmd{conn: cli.ConnFlags(cmd, false)}
+	fs := cmd.Flags()
+	if filters {
+		d.topic = fs.String("topic", "", "only this topic")
+		d.group = fs.String("group", "", "only this consumer group")
+		d.key = fs.String("key", "", "only this event key")
+		d.reason = cli.EnumFlag(cmd, "reason", "", "only this reason", reasons...)
+		fs.Var(&d.since, "since", "dead-lettered at or after this time (RFC 3339, or a duration ago: 2h, 7d)")
+		fs.Var(&d.until, "until", "dead-lettered before this time (RFC 3339, or a duration ago)")
+	}
+	if limit {
+		d.limit = fs.Int("limit", 0, "at most this many (0: all)")
+	}
+	if bounded {
+		d.timeout = fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	}
+	return d
 }
 
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
+func (d *dlqCmd) filter() (dlq.Filter, error) {
+	if d.topic == nil {
+		return dlq.Filter{}, nil
 	}
-	if d, err := time.ParseDuration(s); err == nil {
-		return now.Add(-d), nil
+	if !d.since.T.IsZero() && !d.until.T.IsZero() && !d.until.T.After(d.since.T) {
+		return dlq.Filter{}, cli.Usagef("--until (%s) must be after --since (%s)", d.until.String(), d.since.String())
 	}
-	return time.Parse(time.RFC3339, s)
+	return dlq.Filter{Topic: *d.topic, Group: *d.group, Reason: d.reason.Value, Key: *d.key, Since: d.since.T, Until: d.until.T}, nil
 }
 
-func (f *dlqFlags) filter() (dlq.Filter, error) {
-	now := time.Now()
-	since, err := parseWhen(f.since, now)
+// open loads the configuration and opens the Queue with its settings (so a tool does not
+// reset the DLQ stream's retention or replicas).
+func (d *dlqCmd) open(ctx context.Context) error {
+	cfg, err := d.conn.Load()
 	if err != nil {
-		return dlq.Filter{}, fmt.Errorf("--since: %w", err)
+		return err
 	}
-	until, err := parseWhen(f.until, now)
+	d.cfg = cfg
+	nc, err := process.ConnectNATS(cfg.NATS, "jetbus bridge dlq", false)
 	if err != nil {
-		return dlq.Filter{}, fmt.Errorf("--until: %w", err)
+		return err
 	}
-	return dlq.Filter{Topic: f.topic, Group: f.group, Reason: f.reason, Key: f.key, Since: since, Until: until}, nil
+	d.nc = nc
+	if d.bus, err = jetstream.Open(ctx, nc); err != nil {
+		return err
+	}
+	d.q, err = dlq.Open(ctx, d.bus.JetStream(), process.DLQConfig(cfg.DLQ))
+	return err
 }
 
-func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, dlqUsage)
-		return 2
+func (d *dlqCmd) close() {
+	if d.q != nil {
+		_ = d.q.Close()
 	}
-	sub := args[0]
-	fs := newFlagSet("bridge dlq "+sub, stderr)
-	var f dlqFlags
-	f.register(fs)
-	asJSON := fs.Bool("json", false, "list: one JSON object per line")
-	dryRun := fs.Bool("dry-run", false, "replay: report what would be replayed, change nothing")
-	yes := fs.Bool("yes", false, "discard: really remove")
-	noValidate := fs.Bool("no-validate", false, "replay: skip schema validation")
-	pos, err := parse(fs, args[1:])
-	if err != nil {
-		return 2
+	if d.bus != nil {
+		_ = d.bus.Close()
 	}
-	switch sub {
-	case "list", "count", "show", "replay", "discard", "sweep":
-	default:
-		fmt.Fprintln(stderr, dlqUsage)
-		return 2
+	if d.nc != nil {
+		d.nc.Close()
 	}
-	filter, err := f.filter()
-	if err != nil {
-		fmt.Fprintf(stderr, "bridge dlq: %v\n", err)
-		return 2
-	}
-	if sub != "sweep" {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, f.timeout)
-		defer cancel()
-	}
-	nc, err := nats.Connect(f.url, nats.Name("jetbus bridge dlq"))
-	if err != nil {
-		fmt.Fprintf(stderr, "bridge: connect %s: %v\n", f.url, err)
-		return 1
-	}
-	defer nc.Close()
-	bus, err := jetstream.Open(ctx, nc)
-	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %v\n", err)
-		return 1
-	}
-	q, err := dlq.Open(ctx, bus.JetStream(), dlq.Config{})
-	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %v\n", err)
-		return 1
-	}
-	defer q.Close()
+}
 
-	switch sub {
-	case "list":
-		ls, err := q.List(ctx, filter, f.limit)
+// runE wraps a subcommand's work: check the filter, bound the time, open, close.
+func (d *dlqCmd) runE(fn func(ctx context.Context, cmd *cobra.Command, f dlq.Filter, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		f, err := d.filter()
 		if err != nil {
-			return fail(stderr, err)
+			return err
 		}
-		for _, l := range ls {
-			if *asJSON {
+		ctx := cmd.Context()
+		if d.timeout != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, *d.timeout)
+			defer cancel()
+		}
+		defer d.close()
+		if err := d.open(ctx); err != nil {
+			return err
+		}
+		return fn(ctx, cmd, f, args)
+	}
+}
+
+func dlqCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "dlq", Short: "Inspect, replay and discard dead letters; sweep: the safety net"}
+
+	list := &cobra.Command{Use: "list", Short: "List dead letters, oldest first (times in RFC 3339)"}
+	ld := newDLQCmd(list, true, true, true)
+	asJSON := list.Flags().Bool("json", false, "print one JSON object per line instead of a table")
+	list.RunE = ld.runE(func(ctx context.Context, cmd *cobra.Command, f dlq.Filter, _ []string) error {
+		ls, err := ld.q.List(ctx, f, *ld.limit)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if *asJSON {
+			for _, l := range ls {
 				b, _ := json.Marshal(l)
-				fmt.Fprintln(stdout, string(b))
-				continue
+				fmt.Fprintln(out, string(b))
 			}
-			fmt.Fprintf(stdout, "%d\t%s\t%s\t%s\t%s\tkey=%q attempts=%d original=%s:%d\t%s\n", l.Seq, l.TS.Format(time.RFC3339),
+			return nil
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tDEAD-LETTERED\tTOPIC\tGROUP\tREASON\tKEY\tATTEMPTS\tORIGINAL\tERROR")
+		for _, l := range ls {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%q\t%d\t%s:%d\t%s\n", l.Seq, l.TS.UTC().Format(time.RFC3339),
 				l.Topic, l.Group, l.Reason, l.Key, l.Attempts, l.OriginalStream, l.OriginalSeq, l.Error)
 		}
-	case "count":
-		n, err := q.Count(ctx, filter)
-		if err != nil {
-			return fail(stderr, err)
+		return tw.Flush()
+	})
+
+	count := &cobra.Command{Use: "count", Short: "Count the dead letters that match"}
+	cd := newDLQCmd(count, true, false, true)
+	count.RunE = cd.runE(func(ctx context.Context, cmd *cobra.Command, f dlq.Filter, _ []string) error {
+		n, err := cd.q.Count(ctx, f)
+		if err == nil {
+			fmt.Fprintln(cmd.OutOrStdout(), n)
 		}
-		fmt.Fprintln(stdout, n)
-	case "show":
-		if len(pos) != 1 {
-			fmt.Fprintln(stderr, "usage: bridge dlq show SEQ")
-			return 2
+		return err
+	})
+
+	show := &cobra.Command{Use: "show SEQ", Short: "Show one dead letter as JSON", Args: cli.ExactArgs("SEQ")}
+	sd := newDLQCmd(show, false, false, true)
+	show.RunE = func(cmd *cobra.Command, args []string) error {
+		seq, err := strconv.ParseUint(args[0], 10, 64)
+		if err != nil || seq == 0 {
+			return cli.Usagef("SEQ %q is not a sequence number", args[0])
 		}
-		seq, err := strconv.ParseUint(pos[0], 10, 64)
-		if err != nil {
-			fmt.Fprintf(stderr, "bridge dlq show: %q is not a sequence number\n", pos[0])
-			return 2
-		}
-		l, err := q.Show(ctx, seq)
-		if err != nil {
-			return fail(stderr, err)
-		}
-		b, _ := json.MarshalIndent(l, "", "  ")
-		fmt.Fprintln(stdout, string(b))
-	case "replay":
-		pub := jetbus.Bus(bus)
-		if !*noValidate {
-			reg, err := schema.Open(ctx, bus.JetStream())
+		return sd.runE(func(ctx context.Context, cmd *cobra.Command, _ dlq.Filter, _ []string) error {
+			l, err := sd.q.Show(ctx, seq)
 			if err != nil {
-				return fail(stderr, err)
+				return err
+			}
+			b, _ := json.MarshalIndent(l, "", "  ")
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			return nil
+		})(cmd, args)
+	}
+
+	replay := &cobra.Command{Use: "replay", Short: "Republish dead letters to their topics (validated, partitioned by key) and remove them"}
+	rd := newDLQCmd(replay, true, true, true)
+	dryRun := replay.Flags().Bool("dry-run", false, "list what would be replayed, change nothing")
+	noValidate := replay.Flags().Bool("no-validate", false, "skip schema validation")
+	replay.RunE = rd.runE(func(ctx context.Context, cmd *cobra.Command, f dlq.Filter, _ []string) error {
+		pub := jetbus.Bus(rd.bus)
+		if !*noValidate {
+			reg, err := schema.Open(ctx, rd.bus.JetStream())
+			if err != nil {
+				return err
 			}
 			defer reg.Close()
-			vbus, err := jetstream.Open(ctx, nc, jetstream.WithPublishMiddleware(reg.PublishMiddleware()))
+			vbus, err := jetstream.Open(ctx, rd.nc, jetstream.WithPublishMiddleware(reg.PublishMiddleware()))
 			if err != nil {
-				return fail(stderr, err)
+				return err
 			}
+			defer vbus.Close()
 			pub = vbus
 		}
-		rep, err := q.Replay(ctx, pub, dlq.ReplayOptions{Filter: filter, Limit: f.limit, DryRun: *dryRun,
+		var bar *cli.Progress
+		rep, err := rd.q.Replay(ctx, pub, dlq.ReplayOptions{Filter: f, Limit: *rd.limit, DryRun: *dryRun,
 			Progress: func(p dlq.ReplayProgress) {
-				if p.Done%100 == 0 || p.Done == p.Total {
-					fmt.Fprintf(stderr, "replayed %d/%d (%d failed)\n", p.Done-p.Failed, p.Total, p.Failed)
+				if bar == nil {
+					bar = cli.NewProgress(cmd.ErrOrStderr(), "replay", p.Total)
 				}
+				bar.Set(p.Done, p.Failed)
 			}})
-		if err != nil {
-			return fail(stderr, err)
+		if bar != nil {
+			bar.Finish()
 		}
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
 		if *dryRun {
 			for _, l := range rep.Letters {
-				fmt.Fprintf(stdout, "would replay %d\t%s\t%s\tkey=%q\n", l.Seq, l.Topic, l.Group, l.Key)
+				fmt.Fprintf(out, "would replay %d\t%s\t%s\tkey=%q\n", l.Seq, l.Topic, l.Group, l.Key)
 			}
-			return 0
+			return nil
 		}
-		fmt.Fprintf(stdout, "replayed %d of %d\n", rep.Replayed, len(rep.Letters))
+		fmt.Fprintf(out, "replayed %d of %d\n", rep.Replayed, len(rep.Letters))
 		for seq, err := range rep.Failed {
-			fmt.Fprintf(stderr, "%d: %v\n", seq, err)
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d: %v\n", seq, err)
 		}
 		if len(rep.Failed) > 0 {
-			return 1
+			return cli.ErrSilent
 		}
-	case "discard":
+		return nil
+	})
+
+	discard := &cobra.Command{Use: "discard", Short: "Remove dead letters without replaying them (needs --yes)"}
+	dd := newDLQCmd(discard, true, true, true)
+	yes := discard.Flags().Bool("yes", false, "really remove them")
+	discard.RunE = dd.runE(func(ctx context.Context, cmd *cobra.Command, f dlq.Filter, _ []string) error {
 		if !*yes {
-			n, err := q.Count(ctx, filter)
+			n, err := dd.q.Count(ctx, f)
 			if err != nil {
-				return fail(stderr, err)
+				return err
 			}
-			fmt.Fprintf(stderr, "bridge dlq discard: would remove %d dead letters; add --yes to remove them\n", n)
-			return 2
+			return cli.Usagef("would remove %d dead letters; add --yes to remove them", n)
 		}
-		n, err := q.Discard(ctx, filter, f.limit)
-		if err != nil {
-			return fail(stderr, err)
+		n, err := dd.q.Discard(ctx, f, *dd.limit)
+		if err == nil {
+			fmt.Fprintf(cmd.OutOrStdout(), "discarded %d\n", n)
 		}
-		fmt.Fprintf(stdout, "discarded %d\n", n)
-	case "sweep":
-		if err := q.RunSweeper(ctx, time.Second); err != nil && !errors.Is(err, context.Canceled) {
-			return fail(stderr, err)
+		return err
+	})
+
+	sweep := &cobra.Command{Use: "sweep", Short: "Move deliveries the server gave up on into the DLQ, until stopped (bridge run does this too)"}
+	wd := newDLQCmd(sweep, false, false, false)
+	every := sweep.Flags().Duration("every", time.Second, "how often to look")
+	sweep.RunE = wd.runE(func(ctx context.Context, _ *cobra.Command, _ dlq.Filter, _ []string) error {
+		err := wd.q.RunSweeper(ctx, *every)
+		if ctx.Err() != nil {
+			return nil
 		}
-	}
-	return 0
+		return err
+	})
+
+	cmd.AddCommand(list, count, show, replay, discard, sweep)
+	return cmd
 }
 
-func fail(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "bridge: %v\n", err)
-	return 1
-}
+// jetstreamOf returns the JetStream context of nc.
+func jetstreamOf(nc *nats.Conn) (natsjs.JetStream, error) { return natsjs.New(nc) }

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
+)
+
+// Progress reports long work (a replay, a rebuild, a copy): a bar with rate and time left on
+// a terminal, otherwise a plain line at every tenth of the work and at the end, for logs.
+type Progress struct {
+	bar   *progressbar.ProgressBar
+	w     io.Writer
+	what  string
+	total int
+	step  int
+	last  bool
+	start time.Time
+}
+
+// NewProgress starts reporting work of total units on w.
+func NewProgress(w io.Writer, what string, total int) *Progress {
+	p := &Progress{w: w, what: what, total: total, start: time.Now()}
+	if IsTerminal(w) {
+		p.bar = progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription(what),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("events"),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+		)
+	}
+	return p
+}
+
+// Set reports done units, failed of them.
+func (p *Progress) Set(done, failed int) {
+	if p.bar != nil {
+		_ = p.bar.Set(done)
+		return
+	}
+	step := 10
+	if p.total > 0 {
+		step = done * 10 / p.total
+	}
+	if p.last || (step <= p.step && done < p.total) {
+		return
+	}
+	p.step, p.last = step, done >= p.total
+	fmt.Fprintf(p.w, "%s: %d/%d (%d failed) after %s\n", p.what, done, p.total, failed, time.Since(p.start).Round(time.Millisecond))
+}
+
+// Finish ends the bar.
+func (p *Progress) Finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}
+
+// IsTerminal reports whether w is a terminal.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}

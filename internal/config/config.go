@@ -1,0 +1,191 @@
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole configuration file of the bridge and projector processes. Each field is
+// declared once, here: its YAML key, description, default and example are struct tags, and
+// parsing, validation and the reference (docs/config.md) all come from them.
+//
+// Tags: yaml (the key), desc, default and example (YAML text), enum (values separated by
+// "|"), min and max (integers), required, check (a named check in checks.go), secret (never
+// printed). A field of a struct reached only through structs (not through a list or a map)
+// can also be set from the environment as JETBUS_<PATH> (the key path upper-cased, dots as
+// underscores).
+type Config struct {
+	NATS        NATS         `yaml:"nats" desc:"How to reach NATS and JetStream. Flags: --nats-url, --nats-creds, --nats-nkey, --nats-user, --nats-password, --nats-token, --tls-ca, --tls-cert, --tls-key."`
+	Mongo       Mongo        `yaml:"mongo" desc:"How to reach MongoDB: needed by projections, changefeeds and outboxes. Flag: --mongo-uri."`
+	HTTP        HTTP         `yaml:"http" desc:"The HTTP server of each process: /healthz, /readyz, /metrics and /v1/ops/status, and in the projector the snapshot API. Flag: --http-addr."`
+	Log         Log          `yaml:"log" desc:"Logging (JSON lines on standard error). Flag: --log-level."`
+	Shutdown    Shutdown     `yaml:"shutdown" desc:"Graceful shutdown on SIGTERM or SIGINT: stop fetching, drain in-flight work, release leases. A second signal exits at once."`
+	Topics      []Topic      `yaml:"topics" desc:"Topics the processes ensure at start (create, or update to these settings). Projections, changefeeds and ingress may only name topics declared here."`
+	Schemas     string       `yaml:"schemas" check:"dir" desc:"Directory of JSON Schema files, <dir>/<topic>/v<N>.json (with optional v<N>.meta.json). The bridge registers them at start, idempotently; an incompatible version stops it. Empty: no schemas pushed." example:"schemas"`
+	DLQ         DLQ          `yaml:"dlq" desc:"The dead-letter stream and its safety net (the sweeper, run by the bridge)."`
+	Ingress     Ingress      `yaml:"ingress" desc:"Ingress (bridge): plain NATS clients publish JSON to in.<topic>; the bridge validates, partitions and stores it. Off while allow is empty."`
+	Changefeeds []Changefeed `yaml:"changefeeds" desc:"Changefeeds (bridge): MongoDB change streams published into topics, none lost and none doubled."`
+	Outbox      []Outbox     `yaml:"outbox" desc:"Outbox drainers (bridge): documents an application writes in its own MongoDB transaction, published as events."`
+	Projections []Projection `yaml:"projections" desc:"Projections (projector): topics materialized into MongoDB collections, one document per key. A projection's name is its consumer group."`
+	Views       []View       `yaml:"views" desc:"Views (projector): what the snapshot API serves over HTTP from a projection's collection."`
+	Auth        Auth         `yaml:"auth" desc:"Who may read views through the snapshot API: bearer tokens with view scopes, or JWTs. Without tokens and jwt the API is open."`
+
+	// File is the configuration file's path ("" when none was read); relative paths in the
+	// file are resolved against its directory.
+	File string `yaml:"-"`
+}
+
+// NATS says how to reach NATS. At most one of creds, nkey, user/password and token is set.
+type NATS struct {
+	URLs     []string `yaml:"urls" check:"nats-url" default:"[nats://127.0.0.1:4222]" desc:"Server URLs; a list, or one comma-separated string." example:"[nats://n1:4222, nats://n2:4222]"`
+	Creds    string   `yaml:"creds" check:"path" desc:"User credentials file (JWT and NKey seed), as nsc writes it." example:"/etc/jetbus/nats.creds"`
+	NKey     string   `yaml:"nkey" check:"path" desc:"NKey seed file." example:"/etc/jetbus/user.nk"`
+	User     string   `yaml:"user" desc:"User name (with password)." example:"jetbus"`
+	Password string   `yaml:"password" secret:"true" desc:"Password (with user)." example:"${NATS_PASSWORD}"`
+	Token    string   `yaml:"token" secret:"true" desc:"Authentication token." example:"${NATS_TOKEN}"`
+	TLS      TLS      `yaml:"tls" desc:"TLS: a CA to verify the servers, and a client certificate for mutual TLS."`
+}
+
+// TLS names PEM files.
+type TLS struct {
+	CA   string `yaml:"ca" check:"path" desc:"CA certificate (PEM) the servers' certificates must chain to." example:"/etc/jetbus/ca.pem"`
+	Cert string `yaml:"cert" check:"path" desc:"Client certificate (PEM), with key." example:"/etc/jetbus/client.pem"`
+	Key  string `yaml:"key" check:"path" desc:"Client private key (PEM), with cert." example:"/etc/jetbus/client-key.pem"`
+}
+
+// Mongo says how to reach MongoDB.
+type Mongo struct {
+	URI      string `yaml:"uri" check:"mongo-uri" secret:"true" desc:"Connection string of a replica set (change streams and transactions need one). Required when projections, changefeeds or outboxes are declared." example:"mongodb://db1,db2,db3/?replicaSet=rs0"`
+	Database string `yaml:"database" default:"jetbus" check:"database" desc:"Database of projections' collections and checkpoints, and the default database of changefeeds and outboxes."`
+}
+
+// HTTP configures each process's HTTP server.
+type HTTP struct {
+	Addr           string        `yaml:"addr" default:":8080" check:"addr" desc:"Listen address (host:port; port 0 picks a free one, logged at start)." example:"127.0.0.1:9090"`
+	RequestTimeout time.Duration `yaml:"request_timeout" default:"10s" min:"1" desc:"Longest time one request may take."`
+	CORSOrigins    []string      `yaml:"cors_origins" desc:"Origins allowed to call the snapshot API from a browser (\"*\": any)." example:"[https://app.example.com]"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level string `yaml:"level" default:"info" enum:"debug|info|warn|error" desc:"Lowest level logged."`
+}
+
+// Shutdown bounds a graceful shutdown.
+type Shutdown struct {
+	Timeout time.Duration `yaml:"timeout" default:"30s" min:"1" desc:"How long draining may take before the process gives up and exits 1. Keep it below the orchestrator's grace period (Kubernetes: terminationGracePeriodSeconds)."`
+}
+
+// Topic is one topic's stream.
+type Topic struct {
+	Name            string        `yaml:"name" required:"true" check:"topic" desc:"Topic name: lowercase dot-separated tokens, optionally ending in a version token (orders, orders.created.v2)." example:"orders"`
+	Partitions      int           `yaml:"partitions" default:"1" min:"1" max:"4096" desc:"Partition count; it can grow, never shrink." example:"4"`
+	Replicas        int           `yaml:"replicas" default:"1" min:"1" max:"5" desc:"Stream replicas (3 on a 3-node cluster)." example:"3"`
+	MaxAge          time.Duration `yaml:"max_age" desc:"How long events are kept (0: forever)." example:"168h"`
+	MaxBytes        ByteSize      `yaml:"max_bytes" desc:"Size bound of the stream; the oldest events go first (0: unlimited)." example:"10GiB"`
+	DuplicateWindow time.Duration `yaml:"duplicate_window" default:"2m" desc:"How long a published event ID is remembered to drop duplicates."`
+	Storage         string        `yaml:"storage" default:"file" enum:"file|memory" desc:"Where the stream stores events."`
+	Keyed           bool          `yaml:"keyed" desc:"A keyed (compacted) topic: JetStream keeps the last keep_per_key events of each key."`
+	KeepPerKey      int           `yaml:"keep_per_key" min:"0" desc:"Events kept per key of a keyed topic (default 1 when keyed)." example:"1"`
+}
+
+// DLQ configures the dead-letter stream.
+type DLQ struct {
+	Replicas      int           `yaml:"replicas" default:"1" min:"1" max:"5" desc:"Replicas of the DLQ stream, its advisory stream and the parking bucket."`
+	MaxAge        time.Duration `yaml:"max_age" desc:"How long dead letters are kept (0: forever)." example:"720h"`
+	Parking       bool          `yaml:"parking" desc:"Park a key's later events behind its dead letter until it is replayed (per group)."`
+	SweepInterval time.Duration `yaml:"sweep_interval" default:"1s" min:"1" desc:"How often the sweeper moves deliveries the server gave up on into the DLQ."`
+}
+
+// Ingress configures the ingress service.
+type Ingress struct {
+	Allow          []string `yaml:"allow" check:"topic" desc:"Topics plain NATS clients may publish to (as in.<topic>); each must be declared in topics." example:"[orders]"`
+	MaxMessageSize ByteSize `yaml:"max_message_size" default:"1MiB" min:"1" desc:"Largest payload accepted; larger ones are refused with code too_large."`
+	MaxInFlight    int      `yaml:"max_in_flight" default:"1000" min:"1" desc:"Publishes awaiting JetStream's acknowledgement at once; ingress stops reading beyond it (back-pressure)."`
+}
+
+// Changefeed is one MongoDB change stream published into a topic.
+type Changefeed struct {
+	Name          string        `yaml:"name" required:"true" check:"name" desc:"Feed name: its resume token key in KV and its lease." example:"orders-cdc"`
+	Database      string        `yaml:"database" check:"database" desc:"Database watched (default mongo.database)." example:"shop"`
+	Collection    string        `yaml:"collection" check:"collection" desc:"Collection watched; empty watches the whole database." example:"orders"`
+	Pipeline      []Stage       `yaml:"pipeline" check:"pipeline" desc:"Aggregation stages applied to the change stream, e.g. a $match." example:"[{$match: {operationType: {$in: [insert, update, replace, delete]}}}]"`
+	Topic         string        `yaml:"topic" required:"true" check:"topic-template" desc:"Target topic; {collection} is replaced by the change's collection (one topic per collection)." example:"shop.orders"`
+	Format        string        `yaml:"format" default:"document" enum:"document|envelope" desc:"document: the full document (a delete is a tombstone); envelope: op, before, after, updateDescription, source."`
+	FullDocument  string        `yaml:"full_document" default:"updateLookup" enum:"updateLookup|whenAvailable|required" desc:"How updates get the full document: looked up, or from post-images."`
+	Start         string        `yaml:"start" default:"latest" enum:"latest|timestamp|copy_existing" desc:"Where a feed without a saved position starts: new changes only, changes since start_at, or a copy of every existing document first."`
+	StartAt       time.Time     `yaml:"start_at" desc:"RFC 3339 time for start: timestamp." example:"2026-01-01T00:00:00Z"`
+	OnHistoryLost string        `yaml:"on_history_lost" default:"fail" enum:"fail|latest|recopy" desc:"When the saved position is gone from the oplog: fail (readyz false until someone acts), skip to the latest change, or copy the collection again."`
+	Heartbeat     time.Duration `yaml:"heartbeat" default:"10s" min:"1" desc:"How often a quiet feed advances its saved position."`
+	MaxInFlight   int           `yaml:"max_in_flight" default:"1000" min:"1" desc:"Publishes awaiting acknowledgement at once."`
+}
+
+// Stage is one aggregation pipeline stage, kept as written.
+type Stage = map[string]any
+
+// Outbox is one outbox collection drained into topics.
+type Outbox struct {
+	Name       string        `yaml:"name" required:"true" check:"name" desc:"Drainer name: its lease and saved position." example:"shop-outbox"`
+	Database   string        `yaml:"database" check:"database" desc:"Database of the outbox collection (default mongo.database)." example:"shop"`
+	Collection string        `yaml:"collection" required:"true" check:"collection" desc:"The outbox collection; documents {_id: event ID, topic, key, payload, headers, ts}." example:"outbox"`
+	After      string        `yaml:"after" default:"delete" enum:"delete|mark" desc:"What happens to a document once published: deleted, or marked sent and expired by a TTL index after retention."`
+	Retention  time.Duration `yaml:"retention" default:"24h" min:"1" desc:"How long sent documents are kept when after is mark."`
+}
+
+// Projection materializes a topic into a collection.
+type Projection struct {
+	Name       string        `yaml:"name" required:"true" check:"group" desc:"Projection name, also its consumer group." example:"orders-view"`
+	Topic      string        `yaml:"topic" required:"true" check:"topic" desc:"Topic read; it must be declared in topics." example:"orders"`
+	Database   string        `yaml:"database" check:"database" desc:"Database of the collection (default mongo.database)."`
+	Collection string        `yaml:"collection" required:"true" check:"collection" desc:"Collection written, one document per event key." example:"orders"`
+	Mode       string        `yaml:"mode" default:"replace" enum:"replace|merge" desc:"replace: the payload is the whole state; merge: the payload's top-level fields are set, its null fields unset."`
+	Version    string        `yaml:"version" check:"json-pointer" desc:"JSON pointer to the version in the payload (e.g. /version); empty: the stream sequence. Older versions never overwrite newer ones." example:"/version"`
+	Tombstones string        `yaml:"tombstones" default:"delete" enum:"delete|keep" desc:"What a null payload does: delete the document, or keep it marked _deleted."`
+	Indexes    []Index       `yaml:"indexes" desc:"Secondary indexes created at start (idempotently); a view may sort only on a field that leads one."`
+	History    time.Duration `yaml:"history" desc:"Keep every applied version in <collection>_history for this long, for reads at a past time (0: no history)." example:"720h"`
+	BatchSize  int           `yaml:"batch_size" default:"100" min:"1" max:"10000" desc:"Events fetched and written per bulk write."`
+}
+
+// Index is a secondary index of a projection's collection.
+type Index struct {
+	Fields []string `yaml:"fields" required:"true" check:"index-field" desc:"Indexed fields in order; a leading - sorts descending." example:"[status, -updated]"`
+	Unique bool     `yaml:"unique" desc:"Refuse two documents with the same values (a clash dead-letters the event)."`
+	Name   string   `yaml:"name" desc:"Index name (default: MongoDB's, from the fields)." example:"by_status"`
+}
+
+// View is what the snapshot API serves from a projection.
+type View struct {
+	Name         string            `yaml:"name" required:"true" check:"name" desc:"View name, the {view} of /v1/views/{view}." example:"orders"`
+	Projection   string            `yaml:"projection" required:"true" desc:"The projection whose collection the view reads." example:"orders-view"`
+	Filters      map[string]string `yaml:"filters" check:"field" enum:"string|number|bool|time" desc:"Fields a client may filter on (?field=op.value), each with its type." example:"{status: string, total: number, created: time}"`
+	Sort         []string          `yaml:"sort" check:"field" desc:"Fields a client may order by; each must lead an index of the projection (or be _id)." example:"[created]"`
+	Fields       []string          `yaml:"fields" check:"field" desc:"Fields returned (empty: the whole document)." example:"[status, total, created]"`
+	MaxLimit     int               `yaml:"max_limit" default:"100" min:"1" max:"1000" desc:"Largest page a list request may ask for."`
+	CacheControl string            `yaml:"cache_control" default:"no-cache" desc:"Cache-Control header of responses." example:"max-age=5"`
+}
+
+// Auth configures the snapshot API's access control.
+type Auth struct {
+	Tokens []Token `yaml:"tokens" desc:"Static bearer tokens, each with the views it may read."`
+	JWT    JWT     `yaml:"jwt" desc:"JSON Web Tokens signed with HS256 or RS256; the scope claim lists the views a token may read."`
+}
+
+// Token is a static bearer token.
+type Token struct {
+	Name  string   `yaml:"name" desc:"Who holds the token (for logs)." example:"dashboard"`
+	Token string   `yaml:"token" required:"true" secret:"true" desc:"The token; use ${ENV_VAR} to keep it out of the file." example:"${DASHBOARD_TOKEN}"`
+	Views []string `yaml:"views" required:"true" desc:"Views it may read (\"*\": all)." example:"[orders]"`
+}
+
+// JWT configures JWT validation. Set at most one of hs256_secret and rs256_public_key.
+type JWT struct {
+	HS256Secret    string `yaml:"hs256_secret" secret:"true" desc:"Shared secret of HS256 tokens." example:"${JWT_SECRET}"`
+	RS256PublicKey string `yaml:"rs256_public_key" check:"path" desc:"PEM file of the RS256 public key." example:"/etc/jetbus/jwt.pub"`
+	Issuer         string `yaml:"issuer" desc:"Required iss claim (empty: not checked)." example:"https://auth.example.com/"`
+	Audience       string `yaml:"audience" desc:"Required aud claim (empty: not checked)." example:"jetbus"`
+	ScopeClaim     string `yaml:"scope_claim" default:"views" desc:"Claim listing the views a token may read (a list or a space-separated string; \"*\": all)."`
+}
+
+// UsesMongo reports whether anything declared needs MongoDB.
+func (c *Config) UsesMongo() bool {
+	return len(c.Projections) > 0 || len(c.Changefeeds) > 0 || len(c.Outbox) > 0
+}

@@ -1,0 +1,193 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetbus/jetbus/internal/config"
+)
+
+// base is a valid configuration the bad cases start from; its line numbers matter.
+const base = `nats:
+  urls: [nats://127.0.0.1:4222]
+mongo:
+  uri: mongodb://127.0.0.1:27017
+topics:
+  - name: orders
+    partitions: 4
+projections:
+  - name: orders-view
+    topic: orders
+    collection: orders
+    indexes:
+      - fields: [status]
+views:
+  - name: orders
+    projection: orders-view
+    sort: [status]
+`
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "jetbus.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+	return p
+}
+
+func TestBadConfigs(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		env  []string
+		want []string // each "LINE:COL: PATH: message" (the file's name is prefixed)
+	}{
+		{"unknown top-level key", base + "topcis: []\n",
+			nil, []string{`18:1: topcis: unknown key "topcis" (did you mean "topics"?)`}},
+		{"unknown nested key", strings.Replace(base, "    partitions: 4", "    partitons: 4", 1),
+			nil, []string{`7:5: topics[0].partitons: unknown key "partitons" (did you mean "partitions"?)`}},
+		{"wrong type: word for integer", strings.Replace(base, "partitions: 4", "partitions: four", 1),
+			nil, []string{`7:5: topics[0].partitions: want an integer, got "four"`}},
+		{"wrong type: list for mapping", "nats: [a]\n",
+			nil, []string{`1:1: nats: want a mapping, got a list`}},
+		{"wrong type: mapping for list", base + "ingress:\n  allow: {orders: true}\n",
+			nil, []string{`19:3: ingress.allow: want a list, got a mapping`}},
+		{"out of range", strings.Replace(base, "partitions: 4", "partitions: 0", 1),
+			nil, []string{`7:5: topics[0].partitions: must be at least 1, got 0`}},
+		{"bad enum", strings.Replace(base, "    collection: orders\n", "    collection: orders\n    mode: upsert\n", 1),
+			nil, []string{`12:5: projections[0].mode: "upsert" is not one of replace, merge`}},
+		{"bad topic name", strings.Replace(base, "name: orders\n    partitions", "name: Orders\n    partitions", 1),
+			nil, []string{`6:5: topics[0].name: jetbus: invalid topic name: "Orders" must match`,
+				`10:5: projections[0].topic: topic "orders" is not declared in topics (did you mean "Orders"?)`}},
+		{"bad duration", base + "shutdown:\n  timeout: soon\n",
+			nil, []string{`19:3: shutdown.timeout: want a duration such as 30s, 5m, 24h or 7d, got "soon"`}},
+		{"view names an undeclared projection", strings.Replace(base, "projection: orders-view", "projection: order-view", 1),
+			nil, []string{`16:5: views[0].projection: projection "order-view" is not declared in projections (did you mean "orders-view"?)`}},
+		{"projection names an undeclared topic", strings.Replace(base, "    topic: orders", "    topic: payments", 1),
+			nil, []string{`10:5: projections[0].topic: topic "payments" is not declared in topics (declared: orders)`}},
+		{"ingress allows an undeclared topic", base + "ingress:\n  allow: [orders, refunds]\n",
+			nil, []string{`19:19: ingress.allow[1]: topic "refunds" is not declared in topics (declared: orders)`}},
+		{"changefeed names an undeclared topic", base + "changefeeds:\n  - name: cdc\n    topic: customers\n",
+			nil, []string{`20:5: changefeeds[0].topic: topic "customers" is not declared in topics (declared: orders)`}},
+		{"duplicate topic", strings.Replace(base, "projections:", "  - name: orders\nprojections:", 1),
+			nil, []string{`8:5: topics[1].name: "orders" is declared twice (also topics[0])`}},
+		{"duplicate key", strings.Replace(base, "    partitions: 4\n", "    partitions: 4\n    partitions: 8\n", 1),
+			nil, []string{`8:5: topics[0].partitions: duplicate key "partitions"`}},
+		{"required key missing", strings.Replace(base, "    collection: orders\n", "", 1),
+			nil, []string{`9:5: projections[0].collection: required`}},
+		{"sort without an index", strings.Replace(base, "sort: [status]", "sort: [total]", 1),
+			nil, []string{`17:12: views[0].sort[0]: no index of projection "orders-view" leads with "total"`}},
+		{"mongo needed", strings.Replace(base, "mongo:\n  uri: mongodb://127.0.0.1:27017\n", "", 1),
+			nil, []string{`6:1: projections: need mongo.uri (MongoDB), which is not set`}},
+		{"unset variable", base + "auth:\n  tokens:\n    - token: ${DASH_TOKEN}\n      views: [orders]\n",
+			nil, []string{`20:14: auth.tokens[0].token: environment variable DASH_TOKEN is not set`}},
+		{"token scope names an undeclared view", base + "auth:\n  tokens:\n    - token: ${T:abc}\n      views: [orderz]\n",
+			nil, []string{`21:15: auth.tokens[0].views[0]: view "orderz" is not declared in views (did you mean "orders"?)`}},
+		{"YAML syntax", "nats:\n  urls: []\n\ttopics: []\n",
+			nil, []string{`3:1: YAML: found character that cannot start any token`}},
+		{"not a mapping", "- a\n- b\n",
+			nil, []string{`1:1: the file must be a mapping of sections`}},
+		{"several errors at once", strings.Replace(strings.Replace(base, "partitions: 4", "partitions: -1", 1), "projection: orders-view", "projection: nope", 1) + "bogus: 1\n",
+			nil, []string{`7:5: topics[0].partitions: must be at least 1`, `16:5: views[0].projection: projection "nope"`, `18:1: bogus: unknown key`}},
+		{"bad environment value", base,
+			[]string{"JETBUS_HTTP_ADDR=nowhere"}, []string{`env JETBUS_HTTP_ADDR: http.addr: "nowhere" is not host:port`}},
+		{"unknown environment variable of a section", base,
+			[]string{"JETBUS_NATS_URL=nats://x:4222", "JETBUS_TEST_MONGO_URI=ignored"}, []string{`env JETBUS_NATS_URL: unknown variable (did you mean JETBUS_NATS_URLS?)`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			file := write(t, tc.yaml)
+			_, err := config.Load(config.Options{File: file, Environ: tc.env})
+			require.Error(t, err)
+			var errs config.Errors
+			require.True(t, errors.As(err, &errs), "want config.Errors, got %T: %v", err, err)
+			require.Len(t, errs, len(tc.want), "%v", err)
+			for i, w := range tc.want {
+				got := errs[i].Error()
+				if !strings.HasPrefix(w, "env ") && !strings.HasPrefix(w, "flag ") {
+					assert.True(t, strings.HasPrefix(got, file), "error %q does not name the file", got)
+					got = strings.TrimPrefix(got, file)
+					w = ":" + strings.TrimPrefix(w, ":")
+				}
+				assert.Contains(t, got, w)
+			}
+		})
+	}
+}
+
+func TestNATSAuthExclusive(t *testing.T) {
+	file := write(t, "nats:\n  token: t\n  user: u\n  password: p\n")
+	_, err := config.Load(config.Options{File: file})
+	require.Error(t, err)
+	assert.Equal(t, file+":2:3: nats.token: set one of creds, nkey, user/password and token; found user and token", err.Error())
+}
+
+func TestFlagErrorsNameTheFlag(t *testing.T) {
+	_, err := config.Load(config.Options{Flags: []config.Override{{Path: "nats.urls", Value: []string{"http://x"}, Flag: "--nats-url"}}})
+	require.Error(t, err)
+	assert.Equal(t, `flag --nats-url: nats.urls[0]: "http://x": scheme must be nats, tls, ws or wss`, err.Error())
+}
+
+func TestSourcesOverride(t *testing.T) {
+	file := write(t, base+"http:\n  addr: 127.0.0.1:1\nlog:\n  level: debug\nnats:\n  tls:\n    ca: certs/ca.pem\n")
+	_, err := config.Load(config.Options{File: file})
+	require.Error(t, err, "nats twice") // a duplicate section is refused
+
+	file = write(t, base+"http:\n  addr: 127.0.0.1:1\nlog:\n  level: debug\nschemas: ../../examples/schemas\n")
+	c, err := config.Load(config.Options{
+		File:    file,
+		Environ: []string{"JETBUS_HTTP_ADDR=127.0.0.1:2", "JETBUS_NATS_URLS=nats://a:1,nats://b:2", "JETBUS_NATS_TLS_CA=ca.pem"},
+		Flags:   []config.Override{{Path: "http.addr", Value: "127.0.0.1:3", Flag: "--http-addr"}},
+	})
+	require.Error(t, err, "the schemas dir is relative to the file's directory, not the working one")
+
+	abs, _ := filepath.Abs("../../examples/schemas")
+	file = write(t, base+"http:\n  addr: 127.0.0.1:1\nlog:\n  level: debug\nschemas: "+abs+"\n")
+	c, err = config.Load(config.Options{
+		File:    file,
+		Environ: []string{"JETBUS_HTTP_ADDR=127.0.0.1:2", "JETBUS_NATS_URLS=nats://a:1,nats://b:2", "JETBUS_NATS_TLS_CA=ca.pem"},
+		Flags:   []config.Override{{Path: "http.addr", Value: "127.0.0.1:3", Flag: "--http-addr"}},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:3", c.HTTP.Addr, "a flag overrides the environment and the file")
+	assert.Equal(t, []string{"nats://a:1", "nats://b:2"}, c.NATS.URLs, "the environment overrides the file")
+	assert.Equal(t, "ca.pem", c.NATS.TLS.CA, "a path from the environment stays relative to the working directory")
+	assert.Equal(t, "debug", c.Log.Level)
+	assert.Equal(t, 30*time.Second, c.Shutdown.Timeout, "default")
+	assert.Equal(t, 1, c.Topics[0].Replicas, "default inside a list element")
+	assert.Equal(t, "replace", c.Projections[0].Mode)
+}
+
+func TestDefaultsWithoutFile(t *testing.T) {
+	c, err := config.Load(config.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"nats://127.0.0.1:4222"}, c.NATS.URLs)
+	assert.Equal(t, ":8080", c.HTTP.Addr)
+	assert.Equal(t, "jetbus", c.Mongo.Database)
+	assert.Equal(t, config.ByteSize(1<<20), c.Ingress.MaxMessageSize)
+}
+
+func TestExampleConfig(t *testing.T) {
+	c, err := config.Load(config.Options{File: "../../examples/jetbus.yaml"})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join("..", "..", "examples", "schemas"), c.Schemas, "relative to the file")
+	require.Len(t, c.Changefeeds, 1)
+	assert.Equal(t, map[string]any{"$match": map[string]any{"operationType": map[string]any{"$in": []any{"insert", "update", "replace", "delete"}}}},
+		c.Changefeeds[0].Pipeline[0])
+	assert.Equal(t, config.ByteSize(64<<10), c.Ingress.MaxMessageSize)
+}
+
+func TestSchemaProblemsAreConfigErrors(t *testing.T) {
+	file := write(t, "schemas: schemas\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(filepath.Dir(file), "schemas", "orders"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(file), "schemas", "orders", "v1.json"), []byte("{nope"), 0o644))
+	_, err := config.Load(config.Options{File: file})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), filepath.Join("schemas", "orders", "v1.json")+": ")
+}

@@ -1,0 +1,283 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+
+	"github.com/jetbus/jetbus/internal/config"
+	"github.com/jetbus/jetbus/internal/ops"
+	"github.com/jetbus/jetbus/internal/retry"
+	"github.com/jetbus/jetbus/jetstream"
+)
+
+// Spec is one process: its name, configuration, and what it sets up once connected.
+type Spec struct {
+	// Name is "bridge" or "projector": the NATS connection name, the MongoDB app name, and
+	// the process in /v1/ops/status.
+	Name   string
+	Config *config.Config
+	// Logger nil discards.
+	Logger *slog.Logger
+	// NeedsMongo connects to MongoDB and makes its reachability a readiness check.
+	NeedsMongo bool
+	// Groups are the consumer groups the process runs: their metric series exist from the
+	// start and /v1/ops/status lists them before their first member joins.
+	Groups []ops.GroupRef
+	// Setup runs once connected (ensure topics, push schemas, open queues) and returns the
+	// components to run. It is called again while it fails with a transient error (NATS or
+	// MongoDB unavailable), so it must be idempotent; another error ends the process.
+	Setup func(ctx context.Context, env *Env) ([]Component, error)
+	// Listening, if set, is called with the operations server's address once it listens.
+	Listening func(addr string)
+}
+
+// Env is what Setup gets: the connections, the metrics registerer and the logger.
+type Env struct {
+	Config *config.Config
+	Logger *slog.Logger
+	// Metrics registers a component's metrics on the process's /metrics.
+	Metrics prometheus.Registerer
+	Conn    *nats.Conn
+	Bus     *jetstream.Bus
+	// Mongo is nil unless Spec.NeedsMongo.
+	Mongo *mongo.Client
+
+	mu      sync.Mutex
+	closers []func(context.Context) error
+}
+
+// OnClose registers f to run after every component stopped (last registered, first run).
+func (e *Env) OnClose(f func(context.Context) error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closers = append(e.closers, f)
+}
+
+// setupPolicy retries setup steps while NATS or MongoDB is unavailable, until ctx ends.
+var setupPolicy = retry.Policy{Try: 10 * time.Second, Backoff: retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}}
+
+// Run runs the process until ctx is done, then shuts it down gracefully within
+// Config.Shutdown.Timeout (see the package doc). It returns nil after a clean shutdown,
+// ErrShutdownTimeout when components did not stop in time, or what made the process fail.
+func Run(ctx context.Context, spec Spec) error {
+	cfg := spec.Config
+	log := spec.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var topics []string
+	for _, t := range cfg.Topics {
+		topics = append(topics, t.Name)
+	}
+	// Status lists the declared projections' groups in both processes, as `bridge status`.
+	groups := append([]ops.GroupRef(nil), spec.Groups...)
+	for _, p := range cfg.Projections {
+		if g := (ops.GroupRef{Topic: p.Topic, Group: p.Name}); !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	reg := ops.NewRegistry()
+	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups)}
+
+	var (
+		stopping  atomic.Bool
+		phase     atomic.Value // string: what the process is doing before it runs
+		connected atomic.Pointer[Env]
+		runner    atomic.Pointer[Runner]
+	)
+	phase.Store("connecting to NATS")
+	stopWatch := context.AfterFunc(ctx, func() { stopping.Store(true) })
+	defer stopWatch()
+
+	checks := func() []ops.Check {
+		cs := []ops.Check{{Name: "shutdown", Func: func(context.Context) error {
+			if stopping.Load() {
+				return errors.New("shutting down")
+			}
+			return nil
+		}}}
+		e := connected.Load()
+		if e == nil {
+			return append(cs, ops.Check{Name: "setup", Func: func(context.Context) error { return errors.New(phase.Load().(string)) }})
+		}
+		cs = append(cs,
+			ops.Check{Name: "nats", Func: func(context.Context) error {
+				if s := e.Conn.Status(); s != nats.CONNECTED {
+					return fmt.Errorf("connection %s", s)
+				}
+				return nil
+			}},
+			ops.Check{Name: "jetstream", Func: func(ctx context.Context) error {
+				_, err := e.Bus.JetStream().AccountInfo(ctx)
+				return err
+			}},
+		)
+		if e.Mongo != nil {
+			cs = append(cs, ops.Check{Name: "mongo", Func: func(ctx context.Context) error { return e.Mongo.Ping(ctx, readpref.Primary()) }})
+		}
+		cs = append(cs, ops.Check{Name: "setup", Func: func(context.Context) error {
+			if runner.Load() == nil {
+				return errors.New(phase.Load().(string))
+			}
+			return nil
+		}})
+		if r := runner.Load(); r != nil {
+			cs = append(cs, ops.Check{Name: "components", Func: r.Ready})
+		}
+		return cs
+	}
+	status := func(ctx context.Context) (*ops.Status, error) {
+		e := connected.Load()
+		if e == nil {
+			return nil, errors.New(phase.Load().(string))
+		}
+		st, err := ops.Collect(ctx, ops.Source{JS: e.Bus.JetStream(), Bus: e.Bus, Topics: topics, Groups: groups})
+		if err != nil {
+			return nil, err
+		}
+		st.Process = spec.Name
+		if r := runner.Load(); r != nil {
+			st.Components = r.Statuses(ctx, true)
+		}
+		return st, nil
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("http.addr: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           ops.Endpoints{Gatherer: reg, Checks: checks, Status: status}.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		WriteTimeout:      cfg.HTTP.RequestTimeout + 5*time.Second,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("ops server listening", "addr", ln.Addr().String())
+	if spec.Listening != nil {
+		spec.Listening(ln.Addr().String())
+	}
+
+	runErr := run(ctx, spec, env, log, &phase, &connected, &runner)
+
+	// The HTTP server goes last, so /readyz says "shutting down" while components drain.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		runErr = errors.Join(runErr, fmt.Errorf("ops server: %w", err))
+	}
+	return runErr
+}
+
+// run connects, sets up and runs the components, then closes what setup opened.
+func run(ctx context.Context, spec Spec, env *Env, log *slog.Logger, phase *atomic.Value,
+	connected *atomic.Pointer[Env], runner *atomic.Pointer[Runner]) (err error) {
+	cfg := spec.Config
+	var stopAt atomic.Int64
+	stopWatch := context.AfterFunc(ctx, func() { stopAt.Store(time.Now().UnixNano()) })
+	defer stopWatch()
+	// Whatever happens, close within the shutdown deadline counted from the signal (at least
+	// a second for the connections).
+	defer func() {
+		deadline := time.Now().Add(cfg.Shutdown.Timeout)
+		if at := stopAt.Load(); at != 0 {
+			deadline = time.Unix(0, at).Add(cfg.Shutdown.Timeout)
+			if least := time.Now().Add(time.Second); deadline.Before(least) {
+				deadline = least
+			}
+		}
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		env.mu.Lock()
+		closers := env.closers
+		env.mu.Unlock()
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i](cctx); cerr != nil {
+				log.Warn("close", "error", cerr)
+			}
+		}
+	}()
+
+	nc, err := ConnectNATS(cfg.NATS, "jetbus "+spec.Name, true)
+	if err != nil {
+		return err
+	}
+	env.Conn = nc
+	env.OnClose(func(context.Context) error { nc.Close(); return nil })
+
+	attempt := func(what string, fn func(ctx context.Context) error) error {
+		phase.Store(what)
+		n := 0
+		return retry.Do(ctx, setupPolicy, func(ctx context.Context) error {
+			n++
+			err := fn(ctx)
+			if err != nil && retry.Transient(err) {
+				log.Warn(what+": will retry", "attempt", n, "error", err)
+			}
+			return err
+		})
+	}
+	err = attempt("connecting to JetStream", func(ctx context.Context) error {
+		b, err := jetstream.Open(ctx, nc, jetstream.WithRegisterer(env.Metrics), jetstream.WithLogger(log))
+		env.Bus = b
+		return err
+	})
+	if ctx.Err() != nil {
+		return nil // stopped before running anything
+	}
+	if err != nil {
+		return err
+	}
+	env.OnClose(func(context.Context) error { return env.Bus.Close() })
+	if spec.NeedsMongo {
+		m, err := ConnectMongo(cfg.Mongo, "jetbus "+spec.Name)
+		if err != nil {
+			return err
+		}
+		env.Mongo = m
+		env.OnClose(func(ctx context.Context) error { return m.Disconnect(ctx) })
+	}
+	connected.Store(env)
+
+	var comps []Component
+	if spec.Setup != nil {
+		err = attempt("setting up", func(ctx context.Context) error {
+			var err error
+			comps, err = spec.Setup(ctx, env)
+			return err
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+	}
+	r, err := NewRunner(log, comps...)
+	if err != nil {
+		return err
+	}
+	runner.Store(r)
+	log.Info("running", "process", spec.Name, "components", len(comps))
+	err = r.Run(ctx, cfg.Shutdown.Timeout)
+	if err == nil {
+		log.Info("stopped")
+	}
+	return err
+}
