@@ -1,6 +1,9 @@
 package jetbus
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Implementations wrap them with detail; compare with errors.Is.
 var (
@@ -11,8 +14,15 @@ var (
 	// that ValidateGroup refuses.
 	ErrInvalidGroup = errors.New("jetbus: invalid group name")
 	// ErrInvalidHeader is returned by Publish for a custom header whose name is not
-	// "x-[a-z0-9-]+" or that is mapped to an Event field.
+	// "x-[a-z0-9-]+" or that is mapped to an Event field, and for a header value with a
+	// control character.
 	ErrInvalidHeader = errors.New("jetbus: invalid header")
+	// ErrReservedHeader is returned by Publish for a custom header jetbus reserves for itself
+	// (ReservedHeaderPrefixes: "x-dlq-", "x-jetbus-"). It wraps ErrInvalidHeader.
+	ErrReservedHeader = fmt.Errorf("%w: reserved for jetbus", ErrInvalidHeader)
+	// ErrInvalidKey is returned by Publish for a key longer than MaxKeyLength bytes or with a
+	// control character.
+	ErrInvalidKey = errors.New("jetbus: invalid key")
 	// ErrInvalidPayload is returned by Publish when the payload does not marshal to JSON, or
 	// is a json.RawMessage that is not valid JSON.
 	ErrInvalidPayload = errors.New("jetbus: payload is not valid JSON")

@@ -17,7 +17,14 @@ var (
 const (
 	MaxTopicLength = 200
 	MaxGroupLength = 100
+	// MaxKeyLength bounds an event key, in bytes.
+	MaxKeyLength = 1024
 )
+
+// ReservedHeaderPrefixes are the custom header prefixes jetbus keeps for itself: the
+// dead-letter headers and any it may add. Publish refuses them from callers
+// (ErrReservedHeader); consumers never act on them in events jetbus did not write.
+var ReservedHeaderPrefixes = []string{"x-dlq-", "x-jetbus-"}
 
 // Reserved topic prefixes: dead letters and ingress subjects.
 var reservedPrefixes = []string{"dlq.", "in."}
@@ -80,8 +87,8 @@ func ValidateGroup(name string) error {
 }
 
 // ValidateHeaderName reports whether name may be used as a custom header: it matches
-// ^x-[a-z0-9-]+$ and is not one of the headers mapped to Event fields. The error wraps
-// ErrInvalidHeader.
+// ^x-[a-z0-9-]+$, is not one of the headers mapped to Event fields, and does not start with a
+// reserved prefix (ErrReservedHeader). The error wraps ErrInvalidHeader.
 func ValidateHeaderName(name string) error {
 	if !headerNamePattern.MatchString(name) {
 		return fmt.Errorf("%w: %q must match %s", ErrInvalidHeader, name, headerNamePattern)
@@ -89,7 +96,45 @@ func ValidateHeaderName(name string) error {
 	if IsMappedHeader(name) {
 		return fmt.Errorf("%w: %q is set from an Event field, not from headers", ErrInvalidHeader, name)
 	}
+	for _, p := range ReservedHeaderPrefixes {
+		if strings.HasPrefix(name, p) {
+			return fmt.Errorf("%w: %q starts with %q", ErrReservedHeader, name, p)
+		}
+	}
 	return nil
+}
+
+// ValidateHeaderValue reports whether v may be a header value: no control characters (CR and
+// LF would end the header on the wire). The error wraps ErrInvalidHeader.
+func ValidateHeaderValue(name, v string) error {
+	if i := controlChar(v); i >= 0 {
+		return fmt.Errorf("%w: %s holds the control character %q at byte %d", ErrInvalidHeader, name, v[i], i)
+	}
+	return nil
+}
+
+// ValidateKey reports whether key may be an event key: at most MaxKeyLength bytes and no
+// control characters (a key travels in the x-key header). The empty key is valid: the
+// event is partitioned by its ID. The error wraps ErrInvalidKey.
+func ValidateKey(key string) error {
+	if len(key) > MaxKeyLength {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidKey, len(key), MaxKeyLength)
+	}
+	if i := controlChar(key); i >= 0 {
+		return fmt.Errorf("%w: control character %q at byte %d", ErrInvalidKey, key[i], i)
+	}
+	return nil
+}
+
+// controlChar returns the index of the first ASCII control character (0x00-0x1f, 0x7f) of s,
+// or -1.
+func controlChar(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return i
+		}
+	}
+	return -1
 }
 
 // StreamName returns the JetStream stream that holds topic: dots become underscores.

@@ -1,6 +1,7 @@
 package jetbus
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -46,5 +47,47 @@ func TestParsePartitionSubject(t *testing.T) {
 		if topic != c.topic || p != c.p || ok != c.ok {
 			t.Errorf("ParsePartitionSubject(%q) = %q, %d, %v", c.in, topic, p, ok)
 		}
+	}
+}
+
+func TestReservedAndControlCharacters(t *testing.T) {
+	for _, name := range []string{"x-dlq-replay-group", "x-dlq-reason", "x-jetbus-anything"} {
+		err := ValidateHeaderName(name)
+		if !errors.Is(err, ErrReservedHeader) || !errors.Is(err, ErrInvalidHeader) {
+			t.Errorf("ValidateHeaderName(%q) = %v, want ErrReservedHeader", name, err)
+		}
+	}
+	if err := ValidateHeaderName("x-dlqish"); err != nil {
+		t.Errorf("x-dlqish is not reserved: %v", err)
+	}
+	for _, v := range []string{"a\r\nx-dlq-replay-group: g", "a\nb", "tab\there", "nul\x00", "del\x7f"} {
+		if err := ValidateHeaderValue("x-note", v); !errors.Is(err, ErrInvalidHeader) {
+			t.Errorf("ValidateHeaderValue(%q) = %v, want ErrInvalidHeader", v, err)
+		}
+		if err := ValidateKey(v); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("ValidateKey(%q) = %v, want ErrInvalidKey", v, err)
+		}
+		if _, err := ApplyPublishOptions(WithSID(v)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithSID(%q) = %v, want ErrInvalidOption", v, err)
+		}
+		if _, err := ApplyPublishOptions(WithID(v)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithID(%q) = %v, want ErrInvalidOption", v, err)
+		}
+		if _, err := ApplyPublishOptions(WithTags(v)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithTags(%q) = %v, want ErrInvalidOption", v, err)
+		}
+	}
+	for _, ok := range []string{"", "user-42", "ключ 🙂", strings.Repeat("k", MaxKeyLength)} {
+		if err := ValidateKey(ok); err != nil {
+			t.Errorf("ValidateKey(%.20q) = %v", ok, err)
+		}
+	}
+	if err := ValidateKey(strings.Repeat("k", MaxKeyLength+1)); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("a key of %d bytes: %v", MaxKeyLength+1, err)
+	}
+	// A hand-written option cannot slip a reserved header past the check either.
+	sneaky := func(o *PublishOptions) error { o.Headers = map[string]string{"x-dlq-replay-group": "g"}; return nil }
+	if _, err := ApplyPublishOptions(sneaky); !errors.Is(err, ErrReservedHeader) {
+		t.Errorf("a reserved header set by a custom option: %v", err)
 	}
 }

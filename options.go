@@ -3,6 +3,7 @@ package jetbus
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 )
 
@@ -34,25 +35,32 @@ func ApplyPublishOptions(opts ...PublishOption) (PublishOptions, error) {
 			return o, err
 		}
 	}
-	for name := range o.Headers {
+	if err := ValidateKey(o.Key); err != nil {
+		return o, err
+	}
+	for name, v := range o.Headers {
 		if err := ValidateHeaderName(name); err != nil {
+			return o, err
+		}
+		if err := ValidateHeaderValue(name, v); err != nil {
 			return o, err
 		}
 	}
 	return o, nil
 }
 
-// WithKey sets the event's key: it picks the partition and orders the events of the key.
+// WithKey sets the event's key: it picks the partition and orders the events of the key. A
+// key is at most MaxKeyLength bytes without control characters (ErrInvalidKey).
 func WithKey(key string) PublishOption {
 	return func(o *PublishOptions) error { o.Key = key; return nil }
 }
 
 // WithID sets the event ID instead of a fresh UUIDv7. Publishing the same ID twice within the
-// topic's duplicate window stores the event once.
+// topic's duplicate window stores the event once. An ID holds no control characters.
 func WithID(id string) PublishOption {
 	return func(o *PublishOptions) error {
-		if id == "" {
-			return fmt.Errorf("%w: empty event ID", ErrInvalidOption)
+		if id == "" || controlChar(id) >= 0 {
+			return fmt.Errorf("%w: event ID %q is empty or holds a control character", ErrInvalidOption, id)
 		}
 		o.ID = id
 		return nil
@@ -64,7 +72,8 @@ func WithTS(ts time.Time) PublishOption {
 	return func(o *PublishOptions) error { o.TS = ts; return nil }
 }
 
-// WithHeaders adds custom headers; names must match "x-[a-z0-9-]+" (ErrInvalidHeader).
+// WithHeaders adds custom headers; names must match "x-[a-z0-9-]+" and not use a reserved
+// prefix, values must hold no control characters (ErrInvalidHeader, ErrReservedHeader).
 func WithHeaders(h map[string]string) PublishOption {
 	return func(o *PublishOptions) error {
 		if o.Headers == nil {
@@ -79,8 +88,8 @@ func WithHeaders(h map[string]string) PublishOption {
 func WithTags(tags ...string) PublishOption {
 	return func(o *PublishOptions) error {
 		for _, t := range tags {
-			if t == "" || containsAny(t, ",\r\n") {
-				return fmt.Errorf("%w: tag %q is empty or holds a comma or newline", ErrInvalidOption, t)
+			if t == "" || strings.ContainsRune(t, ',') || controlChar(t) >= 0 {
+				return fmt.Errorf("%w: tag %q is empty or holds a comma or a control character", ErrInvalidOption, t)
 			}
 		}
 		o.Tags = append(o.Tags, tags...)
@@ -92,8 +101,8 @@ func WithTags(tags ...string) PublishOption {
 func WithCausedBy(ids ...string) PublishOption {
 	return func(o *PublishOptions) error {
 		for _, id := range ids {
-			if id == "" || containsAny(id, ",\r\n") {
-				return fmt.Errorf("%w: caused-by ID %q is empty or holds a comma or newline", ErrInvalidOption, id)
+			if id == "" || strings.ContainsRune(id, ',') || controlChar(id) >= 0 {
+				return fmt.Errorf("%w: caused-by ID %q is empty or holds a comma or a control character", ErrInvalidOption, id)
 			}
 		}
 		o.CausedBy = append(o.CausedBy, ids...)
@@ -101,20 +110,15 @@ func WithCausedBy(ids ...string) PublishOption {
 	}
 }
 
-// WithSID sets the producer's session ID.
+// WithSID sets the producer's session ID; it holds no control characters (ErrInvalidOption).
 func WithSID(sid string) PublishOption {
-	return func(o *PublishOptions) error { o.SID = sid; return nil }
-}
-
-func containsAny(s, chars string) bool {
-	for _, c := range s {
-		for _, d := range chars {
-			if c == d {
-				return true
-			}
+	return func(o *PublishOptions) error {
+		if i := controlChar(sid); i >= 0 {
+			return fmt.Errorf("%w: SID holds the control character %q at byte %d", ErrInvalidOption, sid[i], i)
 		}
+		o.SID = sid
+		return nil
 	}
-	return false
 }
 
 // Subscription defaults.

@@ -55,11 +55,18 @@
 // # Replay
 //
 // Replay republishes a dead letter to its original topic through the normal publish path
-// (validated, partitioned by key), with a new event ID derived from the dead letter (so
-// replaying twice stores one event), caused_by set to the original event's ID, and the header
-// x-dlq-replay-group naming the group it failed in: the middleware of every other group
+// (validated, partitioned by key), with a new event ID derived from the dead letter
+// ("replay:<stream>:<seq>:<group>", so replaying twice stores one event) and caused_by set to
+// the original event's ID. Before republishing, it records in the KV bucket ReplayBucket that
+// this event ID is meant for the group it failed in: the middleware of every other group
 // acknowledges it without calling the handler, so only the group that failed sees it again.
 // The dead letter is removed once the republish is acknowledged.
+//
+// No header decides this. jetbus reserves the header prefixes "x-dlq-" and "x-jetbus-"
+// (jetbus.ReservedHeaderPrefixes): Publish refuses them, and consumers never act on them, so
+// a publisher — through the Bus or with a raw NATS client — cannot make a group skip an event.
+// Only a client allowed to write the replay bucket could; see README for the permissions
+// that keep untrusted clients to ingress subjects.
 //
 // # Parking
 //

@@ -23,11 +23,15 @@ const publishTimeout = 10 * time.Second
 // It dead-letters an event when the handler returns jetbus.Permanent, when it fails on its
 // last attempt, when the body is not JSON (without calling the handler), and, with parking,
 // when the event's key is parked in the group. It acknowledges, without calling the handler,
-// a replayed event meant for another group.
+// a replayed event meant for another group: one that Replay recorded in ReplayBucket (no
+// header decides this, so no publisher can make a group skip an event).
 func (q *Queue) Middleware() jetbus.HandlerMiddleware {
 	return func(next jetbus.Handler) jetbus.Handler {
 		return func(ctx context.Context, d *jetbus.Delivery) error {
-			replayFor := d.Header(HeaderReplayGroup)
+			replayFor, err := q.replayedFor(ctx, d.ID)
+			if err != nil {
+				return err // retried: whether it is a replay is unknown
+			}
 			if replayFor != "" && replayFor != d.Group {
 				return nil
 			}
@@ -43,7 +47,7 @@ func (q *Queue) Middleware() jetbus.HandlerMiddleware {
 			if d.DecodeErr != nil {
 				return q.deadLetter(ctx, d, ReasonDecode, d.DecodeErr)
 			}
-			err := next(ctx, d)
+			err = next(ctx, d)
 			if err == nil {
 				return nil
 			}

@@ -23,6 +23,12 @@ const (
 	// AdvisorySubjects are the JetStream advisories the safety net captures.
 	AdvisorySubjects = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 	ParkBucket       = "jetbus_dlq_parked"
+	// ReplayBucket records which group each replayed event is meant for (key: the event ID
+	// in base64url, value: the group). Only Replay writes it.
+	ReplayBucket = "jetbus_dlq_replays"
+	// ReplayRecordTTL is how long a replay record is kept: a group that reaches a replayed
+	// event later than that handles it (a duplicate, never a loss).
+	ReplayRecordTTL = 7 * 24 * time.Hour
 )
 
 // Dead-letter headers.
@@ -36,8 +42,6 @@ const (
 	HeaderOriginalSeq     = "x-dlq-original-seq"
 	HeaderOriginalID      = "x-dlq-original-id"
 	HeaderTS              = "x-dlq-ts"
-	// HeaderReplayGroup marks a replayed event with the group it failed in.
-	HeaderReplayGroup = "x-dlq-replay-group"
 )
 
 // Reasons.
@@ -121,12 +125,13 @@ type Queue struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	parkKV natsjs.KeyValue
-	mu     sync.Mutex
-	parked map[string]*parkSet // by "<group>.<stream>"
-	closed bool
-	wg     sync.WaitGroup
-	stop   chan struct{}
+	parkKV   natsjs.KeyValue
+	replayKV natsjs.KeyValue
+	mu       sync.Mutex
+	parked   map[string]*parkSet // by "<group>.<stream>"
+	closed   bool
+	wg       sync.WaitGroup
+	stop     chan struct{}
 }
 
 // Open ensures the DLQ stream (and, with parking, the parking bucket) and returns the Queue.
@@ -144,6 +149,17 @@ func Open(ctx context.Context, js JetStream, cfg Config) (*Queue, error) {
 	if err := q.Ensure(ctx); err != nil {
 		return nil, err
 	}
+	rkv, err := js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
+		Bucket:      ReplayBucket,
+		Description: "jetbus: the group each replayed event is meant for",
+		Replicas:    cfg.Replicas,
+		History:     1,
+		TTL:         ReplayRecordTTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dlq: replay bucket: %w", retry.Opaque(err))
+	}
+	q.replayKV = rkv
 	if cfg.Parking {
 		kv, err := js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
 			Bucket:      ParkBucket,

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,7 +55,36 @@ type ReplayReport struct {
 // again (for example after a crash between the republish and the removal) is dropped as a
 // duplicate within the topic's duplicate window.
 func ReplayID(l *Letter) string {
-	return "replay:" + l.OriginalStream + ":" + strconv.FormatUint(l.OriginalSeq, 10) + ":" + l.Group
+	return replayPrefix + l.OriginalStream + ":" + strconv.FormatUint(l.OriginalSeq, 10) + ":" + l.Group
+}
+
+// replayPrefix starts every replayed event's ID: only such events are looked up in
+// ReplayBucket.
+const replayPrefix = "replay:"
+
+func replayKey(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
+
+// recordReplay notes, before the republish, that the event with this ID is meant for group.
+func (q *Queue) recordReplay(ctx context.Context, id, group string) error {
+	if _, err := q.replayKV.Put(ctx, replayKey(id), []byte(group)); err != nil {
+		return fmt.Errorf("dlq: record replay %s: %w", id, retry.Opaque(err))
+	}
+	return nil
+}
+
+// replayedFor returns the group a replayed event is meant for, or "" for any other event.
+func (q *Queue) replayedFor(ctx context.Context, id string) (string, error) {
+	if !strings.HasPrefix(id, replayPrefix) {
+		return "", nil
+	}
+	e, err := q.replayKV.Get(ctx, replayKey(id))
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return "", nil // an ID that looks like a replay but is none: an ordinary event
+	}
+	if err != nil {
+		return "", fmt.Errorf("dlq: look up replay %s: %w", id, retry.Opaque(err))
+	}
+	return string(e.Value()), nil
 }
 
 // Replay republishes the dead letters matching opts.Filter, oldest first, through pub, and
@@ -130,15 +160,18 @@ func (q *Queue) replayOne(ctx context.Context, pub Publisher, s natsjs.Stream, l
 	if tags := l.Header.Get(jetbus.HeaderTags); tags != "" {
 		opts = append(opts, jetbus.WithTags(strings.Split(tags, ",")...))
 	}
-	headers := map[string]string{HeaderReplayGroup: l.Group}
+	headers := map[string]string{}
 	for k, v := range l.Header {
-		if len(v) == 0 || !strings.HasPrefix(k, "x-") || strings.HasPrefix(k, "x-dlq-") ||
-			jetbus.IsMappedHeader(k) || k == jetbus.HeaderSchemaVersion {
-			continue // the publish path stamps the schema version again
+		if len(v) == 0 || !strings.HasPrefix(k, "x-") || jetbus.ValidateHeaderName(k) != nil ||
+			k == jetbus.HeaderSchemaVersion {
+			continue // reserved and mapped headers are not the event's; the publish path stamps the schema version again
 		}
 		headers[k] = v[0]
 	}
 	opts = append(opts, jetbus.WithHeaders(headers))
+	if err := q.recordReplay(ctx, ReplayID(l), l.Group); err != nil {
+		return nil, err
+	}
 	ev, err := pub.Publish(ctx, l.Topic, body, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("republish to %s: %w", l.Topic, err)

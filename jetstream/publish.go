@@ -83,12 +83,11 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 }
 
 // prepare is the innermost publish step shared by the sync and async paths: it picks the
-// partition and builds the message, refusing what the server would refuse.
+// partition and builds the message, refusing what the server would refuse and what the wire
+// contract forbids (a middleware may have changed the event since the options were checked).
 func (b *Bus) prepare(ctx context.Context, e *jetbus.Event) (*nats.Msg, error) {
-	for name := range e.Headers {
-		if err := jetbus.ValidateHeaderName(name); err != nil {
-			return nil, err
-		}
+	if err := checkWire(e); err != nil {
+		return nil, err
 	}
 	t, err := b.topics.get(ctx, e.Topic) // validates names it has not seen (a middleware may change the topic)
 	if err != nil {
@@ -216,3 +215,26 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts 
 
 // PublishAsyncComplete is closed when every outstanding async publish is settled.
 func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncComplete() }
+
+// checkWire refuses what cannot travel in headers: a bad or reserved header name, a control
+// character in a key, SID, ID or header value.
+func checkWire(e *jetbus.Event) error {
+	if err := jetbus.ValidateKey(e.Key); err != nil {
+		return err
+	}
+	if err := jetbus.ValidateHeaderValue(jetbus.HeaderSID, e.SID); err != nil {
+		return fmt.Errorf("%w: %w", jetbus.ErrInvalidOption, err)
+	}
+	if err := jetbus.ValidateHeaderValue(jetbus.HeaderMsgID, e.ID); err != nil {
+		return fmt.Errorf("%w: %w", jetbus.ErrInvalidOption, err)
+	}
+	for name, v := range e.Headers {
+		if err := jetbus.ValidateHeaderName(name); err != nil {
+			return err
+		}
+		if err := jetbus.ValidateHeaderValue(name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
