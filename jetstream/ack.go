@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
@@ -14,6 +15,7 @@ type pendingKey struct{ topic, group, id string }
 
 // pendingDelivery is a ManualAck delivery awaiting Ack or Nack.
 type pendingDelivery struct {
+	id      string
 	msg     natsjs.Msg
 	sub     *subscription
 	pc      *partConsumer
@@ -129,4 +131,92 @@ func (b *Bus) Nack(ctx context.Context, topic, group, id string) error {
 		return fmt.Errorf("jetbus: nack %s: %w", id, retry.Opaque(err))
 	}
 	return nil
+}
+
+// AckBatch acknowledges pending ManualAck deliveries of the group without waiting for the
+// server's confirmation of each: the acks are sent, then one flush makes sure the server has
+// received them all before it returns. It is for consumers that settle events in batches (a
+// projection's bulk write); an ack lost in a failure means a redelivery, never a loss. IDs
+// with no pending delivery are reported in an error wrapping jetbus.ErrUnknownEvent; the others
+// are acknowledged nonetheless.
+func (b *Bus) AckBatch(ctx context.Context, topic, group string, ids ...string) error {
+	ps, unknown, err := b.takeAll(ctx, topic, group, ids)
+	if err != nil {
+		return err
+	}
+	var failed error
+	for _, p := range ps {
+		p.pc.gm.settle(true)
+		if err := p.msg.Ack(); err != nil && failed == nil {
+			failed = fmt.Errorf("jetbus: ack %s: %w", p.id, retry.Opaque(err))
+		}
+	}
+	if failed == nil && len(ps) > 0 {
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+		if err := b.nc.FlushWithContext(fctx); err != nil {
+			failed = fmt.Errorf("jetbus: ack batch: %w", retry.Opaque(err))
+		}
+	}
+	if failed != nil {
+		return failed
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("%w: %d of %d in %s/%s, first %s", jetbus.ErrUnknownEvent, len(unknown), len(ids), topic, group, unknown[0])
+	}
+	return nil
+}
+
+// InProgress tells the server that pending ManualAck deliveries of the group are still being
+// worked on, so their ack timeout starts again (e.g. while a batch's write is retried). The
+// deliveries stay pending.
+func (b *Bus) InProgress(ctx context.Context, topic, group string, ids ...string) error {
+	if _, err := b.checkNames(ctx, topic, group); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	var ms []natsjs.Msg
+	var unknown []string
+	for _, id := range ids {
+		if p, ok := b.pending[pendingKey{topic, group, id}]; ok {
+			ms = append(ms, p.msg)
+		} else {
+			unknown = append(unknown, id)
+		}
+	}
+	b.mu.Unlock()
+	for _, m := range ms {
+		if err := m.InProgress(); err != nil {
+			return fmt.Errorf("jetbus: in progress: %w", retry.Opaque(err))
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("%w: %d of %d in %s/%s, first %s", jetbus.ErrUnknownEvent, len(unknown), len(ids), topic, group, unknown[0])
+	}
+	return nil
+}
+
+// flushTimeout bounds the round trip that confirms the server received a batch of acks.
+const flushTimeout = 10 * time.Second
+
+// takeAll removes the pending deliveries of ids and returns them, with the IDs that had none.
+func (b *Bus) takeAll(ctx context.Context, topic, group string, ids []string) ([]*pendingDelivery, []string, error) {
+	if _, err := b.checkNames(ctx, topic, group); err != nil {
+		return nil, nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ps := make([]*pendingDelivery, 0, len(ids))
+	var unknown []string
+	for _, id := range ids {
+		k := pendingKey{topic, group, id}
+		p, ok := b.pending[k]
+		if !ok {
+			unknown = append(unknown, id)
+			continue
+		}
+		delete(b.pending, k)
+		ps = append(ps, p)
+	}
+	return ps, unknown, nil
 }

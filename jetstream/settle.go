@@ -37,7 +37,7 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	var key pendingKey
 	if s.opts.ManualAck {
 		key = pendingKey{topic: pc.topic, group: s.group, id: e.ID}
-		s.bus.addPending(key, &pendingDelivery{msg: msg, sub: s, pc: pc, attempt: d.Attempt})
+		s.bus.addPending(key, &pendingDelivery{id: e.ID, msg: msg, sub: s, pc: pc, attempt: d.Attempt})
 	}
 	if pc.gm != nil {
 		pc.gm.deliver()
