@@ -15,7 +15,13 @@
 // jetbus.Permanent), "decode" (the body is not JSON; the handler was never called),
 // "max-deliveries" (the server gave up on a delivery whose handler never returned: crashed,
 // hung or timed out; moved by the safety net), "parked" (an earlier event of the same key is
-// dead-lettered in this group and parking is on).
+// dead-lettered in this group and parking is on), "projection" (a projection could not apply
+// the event to its view; Queue.DeadLetter).
+//
+// Messages refused before they reached a topic — by ingress ("ingress") or a changefeed
+// ("changefeed") — are kept too (Queue.Reject): on dlq.<topic> (dlq._unrouted without a valid
+// topic), with the component as the group, the source subject as x-dlq-original-subject and
+// no original stream. Replaying one publishes it to its topic for every group.
 //
 // # Guarantees
 //

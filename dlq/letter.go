@@ -1,6 +1,8 @@
 package dlq
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -35,6 +37,10 @@ type Letter struct {
 	Body            json.RawMessage
 }
 
+// Rejected reports whether the letter is a message refused before it reached its topic
+// (Queue.Reject): it has no original stream.
+func (l *Letter) Rejected() bool { return l.OriginalStream == "" }
+
 // origin is a delivery to dead-letter, from the middleware or from the safety net.
 type origin struct {
 	topic, group   string
@@ -46,11 +52,33 @@ type origin struct {
 	data           []byte
 	attempts       int
 	reason, errMsg string
+	// rejected: the message never reached a stream (Queue.Reject).
+	rejected bool
 }
 
-// msgID is the dead letter's Nats-Msg-Id: the same delivery moved twice is stored once.
+// msgID is the dead letter's Nats-Msg-Id: the same delivery moved twice is stored once, and
+// the same rejected message (same ID) too.
 func (o *origin) msgID() string {
+	if o.rejected {
+		return "dlq:rejected:" + o.group + ":" + o.id
+	}
 	return "dlq:" + o.stream + ":" + strconv.FormatUint(o.seq, 10) + ":" + o.group
+}
+
+// subject is the dead letter's subject: dlq.<topic>, or UnroutedSubject for a rejected
+// message without a valid topic.
+func (o *origin) dlqSubject() string {
+	if o.rejected && jetbus.ValidateTopic(o.topic) != nil {
+		return UnroutedSubject
+	}
+	return SubjectPrefix + o.topic
+}
+
+// rejectedID is a fresh ID for a rejected message that came without one.
+func rejectedID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "rej-" + hex.EncodeToString(b[:])
 }
 
 func (o *origin) msg(now time.Time) *nats.Msg {
@@ -71,7 +99,10 @@ func (o *origin) msg(now time.Time) *nats.Msg {
 	h.Set(HeaderOriginalSeq, strconv.FormatUint(o.seq, 10))
 	h.Set(HeaderOriginalID, o.id)
 	h.Set(HeaderTS, strconv.FormatInt(now.UnixMilli(), 10))
-	return &nats.Msg{Subject: SubjectPrefix + o.topic, Header: h, Data: o.data}
+	if o.key != "" {
+		h.Set(jetbus.HeaderKey, o.key)
+	}
+	return &nats.Msg{Subject: o.dlqSubject(), Header: h, Data: o.data}
 }
 
 func oneLine(s string) string {

@@ -68,6 +68,20 @@ func (q *Queue) Middleware() jetbus.HandlerMiddleware {
 // deadLetter stores d in the DLQ and returns the Permanent error that makes the Bus terminate
 // the original; or, if the DLQ did not take it, an ordinary error so the original is retried.
 func (q *Queue) deadLetter(ctx context.Context, d *jetbus.Delivery, reason string, cause error) error {
+	seq, err := q.DeadLetter(ctx, d, reason, cause)
+	if err != nil {
+		return fmt.Errorf("%w (original kept for redelivery): %w", err, cause)
+	}
+	return jetbus.Permanent(&DeadLetteredError{Reason: reason, Seq: seq, Err: cause})
+}
+
+// DeadLetter stores delivery d in the DLQ with reason and cause, as the middleware does for a
+// failed handler (parking its key when parking is on), and returns the dead letter's
+// sequence once the DLQ acknowledged it. The caller then settles the original (acknowledge or
+// terminate it). It is for consumers that judge events outside a handler's result, like a
+// projection whose bulk write refused one document (ReasonProjection). Errors wrap
+// ErrDLQUnavailable: the original must then be kept for redelivery.
+func (q *Queue) DeadLetter(ctx context.Context, d *jetbus.Delivery, reason string, cause error) (uint64, error) {
 	o := &origin{
 		topic:    d.Topic,
 		group:    d.Group,
@@ -82,11 +96,62 @@ func (q *Queue) deadLetter(ctx context.Context, d *jetbus.Delivery, reason strin
 		reason:   reason,
 		errMsg:   cause.Error(),
 	}
-	seq, err := q.store(ctx, o)
-	if err != nil {
-		return fmt.Errorf("%w (original kept for redelivery): %w", err, cause)
+	return q.store(ctx, o)
+}
+
+// Rejected is a message refused before it reached its topic, by ingress or a changefeed, to be
+// kept as a dead letter (Queue.Reject).
+type Rejected struct {
+	// Topic is the topic the message was meant for; "" (or an invalid name) files it under
+	// UnroutedSubject.
+	Topic string
+	// Source is where it came from: the ingress subject ("in.orders"), or
+	// "changefeed.<name>" for a change. Stored as x-dlq-original-subject.
+	Source string
+	// By is the component that refused it ("ingress", "changefeed-<name>"), stored as the
+	// dead letter's group.
+	By string
+	// ID is the message's event ID when it had one: a refusal of the same message again (a
+	// client's retry) is then stored once. Empty: a fresh ID.
+	ID     string
+	Key    string
+	Header nats.Header
+	Data   []byte
+	// Reason is ReasonIngress or ReasonChangefeed; Err says why (ingress puts its error code
+	// first).
+	Reason string
+	Err    error
+}
+
+// UnroutedSubject holds the dead letters of rejected messages without a valid topic.
+const UnroutedSubject = SubjectPrefix + "_unrouted"
+
+// Reject stores a refused message in the DLQ and returns the dead letter's sequence once the
+// DLQ acknowledged it. Replaying it publishes it to its topic for every group: it never
+// reached the topic, so no group has seen it.
+func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
+	id := r.ID
+	if id == "" {
+		id = rejectedID()
 	}
-	return jetbus.Permanent(&DeadLetteredError{Reason: reason, Seq: seq, Err: cause})
+	errMsg := ""
+	if r.Err != nil {
+		errMsg = r.Err.Error()
+	}
+	o := &origin{
+		topic:    r.Topic,
+		group:    r.By,
+		subject:  r.Source,
+		id:       id,
+		key:      r.Key,
+		header:   r.Header,
+		data:     r.Data,
+		attempts: 1,
+		reason:   r.Reason,
+		errMsg:   errMsg,
+		rejected: true,
+	}
+	return q.store(ctx, o)
 }
 
 // store publishes o to the DLQ, waits for the acknowledgement and parks o's key when parking

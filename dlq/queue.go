@@ -51,6 +51,16 @@ const (
 	ReasonDecode        = "decode"
 	ReasonMaxDeliveries = "max-deliveries"
 	ReasonParked        = "parked"
+	// ReasonProjection: a projection could not apply the event to its view (the document
+	// is too large, a field name MongoDB refuses, a payload of the wrong shape, a unique index
+	// clash); see Queue.DeadLetter.
+	ReasonProjection = "projection"
+	// ReasonIngress: ingress refused a message published without a reply subject; see
+	// Queue.Reject.
+	ReasonIngress = "ingress"
+	// ReasonChangefeed: a changefeed could not publish a change (too large, refused by the
+	// topic's schema); see Queue.Reject.
+	ReasonChangefeed = "changefeed"
 )
 
 // Config configures a Queue. The zero value of every field is a usable default.

@@ -55,6 +55,9 @@ type ReplayReport struct {
 // again (for example after a crash between the republish and the removal) is dropped as a
 // duplicate within the topic's duplicate window.
 func ReplayID(l *Letter) string {
+	if l.Rejected() {
+		return replayPrefix + "rejected:" + l.OriginalID
+	}
 	return replayPrefix + l.OriginalStream + ":" + strconv.FormatUint(l.OriginalSeq, 10) + ":" + l.Group
 }
 
@@ -169,8 +172,10 @@ func (q *Queue) replayOne(ctx context.Context, pub Publisher, s natsjs.Stream, l
 		headers[k] = v[0]
 	}
 	opts = append(opts, jetbus.WithHeaders(headers))
-	if err := q.recordReplay(ctx, ReplayID(l), l.Group); err != nil {
-		return nil, err
+	if !l.Rejected() { // a rejected message never reached its topic: every group gets it
+		if err := q.recordReplay(ctx, ReplayID(l), l.Group); err != nil {
+			return nil, err
+		}
 	}
 	ev, err := pub.Publish(ctx, l.Topic, body, opts...)
 	if err != nil {

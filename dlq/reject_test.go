@@ -1,0 +1,68 @@
+package dlq_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/dlq"
+)
+
+// TestRejectAndReplay: a message refused before it reached its topic is kept, stored once
+// however often it is refused, and replayed to every group.
+func TestRejectAndReplay(t *testing.T) {
+	e := newEnv(t, dlq.Config{})
+	e.topic("orders", 1)
+	ctx := t.Context()
+	r := dlq.Rejected{
+		Topic: "orders", Source: "in.orders", By: "ingress", ID: "client-1", Key: "o-1",
+		Header: nats.Header{"x-note": {"kept"}}, Data: []byte(`{"total":"twelve"}`),
+		Reason: dlq.ReasonIngress, Err: errors.New("schema: /total must be a number"),
+	}
+	seq, err := e.q.Reject(ctx, r)
+	require.NoError(t, err)
+	again, err := e.q.Reject(ctx, r)
+	require.NoError(t, err)
+	assert.Equal(t, seq, again, "a retried refusal is stored once")
+	_, err = e.q.Reject(ctx, dlq.Rejected{Topic: "Not A Topic", Source: "in.Not A Topic", By: "ingress", Data: []byte("x"), Reason: dlq.ReasonIngress, Err: errors.New("bad_topic")})
+	require.NoError(t, err)
+
+	ls, err := e.q.List(ctx, dlq.Filter{Topic: "orders"}, 0)
+	require.NoError(t, err)
+	require.Len(t, ls, 1)
+	l := ls[0]
+	assert.True(t, l.Rejected())
+	assert.Equal(t, "ingress", l.Group)
+	assert.Equal(t, dlq.ReasonIngress, l.Reason)
+	assert.Equal(t, "in.orders", l.OriginalSubject)
+	assert.Equal(t, "client-1", l.OriginalID)
+	assert.Equal(t, "o-1", l.Key)
+	assert.Contains(t, l.Error, "must be a number")
+	assert.Equal(t, 2, e.count(dlq.Filter{}), "the unrouted one is kept too")
+
+	var mu sync.Mutex
+	got := map[string]string{}
+	for _, g := range []string{"a", "b"} {
+		sub, err := e.bus.Subscribe(ctx, "orders", g, func(_ context.Context, d *jetbus.Delivery) error {
+			mu.Lock()
+			got[g] = d.Key + " " + d.Header("x-note")
+			mu.Unlock()
+			return nil
+		}, jetbus.FromEarliest(), fast)
+		require.NoError(t, err)
+		defer sub.Stop()
+	}
+	rep, err := e.q.Replay(ctx, e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}})
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Replayed)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, wait, 10*time.Millisecond,
+		"every group gets a replayed rejection")
+	assert.Equal(t, map[string]string{"a": "o-1 kept", "b": "o-1 kept"}, got)
+}
