@@ -133,10 +133,16 @@ func (b *Bus) publishError(topic string, err error) error {
 
 // PublishFuture is the pending result of PublishAsync.
 type PublishFuture struct {
-	bus   *Bus
-	event *jetbus.Event
-	futs  []natsjs.PubAckFuture
+	bus       *Bus
+	event     *jetbus.Event
+	futs      []natsjs.PubAckFuture
+	duplicate bool
 }
+
+// Duplicate reports, after Wait succeeded, whether the server had already stored an event
+// with this ID within the topic's duplicate window (a retried publish): it stored nothing new,
+// and the event's Seq is the stored one's.
+func (f *PublishFuture) Duplicate() bool { return f.duplicate }
 
 // Event returns the event being published (Seq is set once Wait succeeded).
 func (f *PublishFuture) Event() *jetbus.Event { return f.event }
@@ -149,6 +155,7 @@ func (f *PublishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
 		case ack := <-fut.Ok():
 			if i == 0 {
 				f.event.Seq = ack.Sequence
+				f.duplicate = ack.Duplicate
 			}
 		case err := <-fut.Err():
 			return nil, f.bus.publishError(f.event.Topic, err)

@@ -45,3 +45,22 @@ func TestPublishRefusesWhatHeadersCannotCarry(t *testing.T) {
 		})
 	}
 }
+
+// TestPublishFutureDuplicate: a second async publish of the same ID is reported as a
+// duplicate, with the first one's sequence.
+func TestPublishFutureDuplicate(t *testing.T) {
+	b := embeddedtest.Bus(t, embeddedtest.NATS(t).ClientURL())
+	ctx := t.Context()
+	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "dup"}))
+	var seqs []uint64
+	for i, want := range []bool{false, true} {
+		f, err := b.PublishAsync(ctx, "dup", map[string]int{"n": i}, jetbus.WithID("client-retry-1"))
+		require.NoError(t, err)
+		ev, err := f.Wait(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, want, f.Duplicate(), "publish %d", i)
+		seqs = append(seqs, ev.Seq)
+	}
+	assert.Equal(t, seqs[0], seqs[1])
+	assert.Equal(t, uint64(1), streamMsgs(t, b, "dup"))
+}
