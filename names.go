@@ -264,7 +264,7 @@ const (
 
 // KeyHash returns the FNV-1a 64-bit hash of key's UTF-8 bytes.
 //
-// Vectors (see hash_test.go for more):
+// Vectors (see testdata/partition_vectors.json for more):
 //
 //	KeyHash("")    = 0xcbf29ce484222325
 //	KeyHash("a")   = 0xaf63dc4c8601ec8c
