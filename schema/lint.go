@@ -364,7 +364,7 @@ func stringValue(e ast.Expr, consts map[string]string) (string, bool) {
 }
 
 var (
-	scriptPublish = regexp.MustCompile(`\bpublish\s*\(\s*(?:"([^"\\\n]*)"|'([^'\\\n]*)')`)
+	scriptPublish = regexp.MustCompile(`\bpublish\s*\(\s*(?:"([^"\\\n]*)"|'([^'\\\n]*)')\s*[,)]`)
 	scriptHeaders = regexp.MustCompile(`\bheaders\s*[:=]\s*\{([^}]*)\}`)
 	scriptKey     = regexp.MustCompile(`(?:"([^"\\\n]*)"|'([^'\\\n]*)')\s*:`)
 )
