@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats-server/v2/server"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
