@@ -158,6 +158,7 @@ type OutboxStatus struct {
 	After        string `json:"after"`
 	Published    uint64 `json:"published"`
 	DeadLettered uint64 `json:"dead_lettered"`
+	Duplicates   uint64 `json:"duplicates"`
 	// LastEvent is the ts of the last document published (active drainer).
 	LastEvent time.Time `json:"last_event,omitzero"`
 	Error     string    `json:"error,omitempty"`
@@ -169,7 +170,7 @@ func (d *Drainer) Status(context.Context) (any, error) {
 	return OutboxStatus{
 		Outbox: d.cfg.Name, Role: s.role, Member: d.lease.member(), Owner: s.owner,
 		Namespace: d.cfg.Database + "." + d.cfg.Collection, After: d.cfg.After,
-		Published: s.published, DeadLettered: s.deadLettered, LastEvent: s.lastChange, Error: s.errorText(),
+		Published: s.published, DeadLettered: s.deadLettered, Duplicates: s.duplicates, LastEvent: s.lastChange, Error: s.errorText(),
 	}, nil
 }
 
@@ -365,7 +366,7 @@ type settler struct {
 
 func (s *settler) onDone(e *entry) error {
 	if e.step.kind == stepChange {
-		s.d.counted(e.step.rejected)
+		s.d.counted(e.step.rejected, e.step.dup)
 		s.ids = append(s.ids, bson.Raw(e.step.lastID).Lookup(OutboxID))
 	}
 	if len(s.ids) >= settleBatch || (len(s.ids) > 0 && (e.step.kind == stepHeartbeat || time.Since(s.lastRun) > 100*time.Millisecond)) {

@@ -96,6 +96,8 @@ type Status struct {
 	Position     *Position `json:"position,omitempty"`
 	Published    uint64    `json:"published"`
 	DeadLettered uint64    `json:"dead_lettered"`
+	// Duplicates counts re-publishes the server already had (after a restart).
+	Duplicates uint64 `json:"duplicates"`
 	// LagSeconds is now minus the cluster time of the last change read (active runner).
 	LagSeconds float64 `json:"lag_seconds,omitempty"`
 	Error      string  `json:"error,omitempty"`
@@ -107,7 +109,7 @@ func (f *Feed) Status(ctx context.Context) (any, error) {
 	st := Status{
 		Feed: f.cfg.Name, Role: s.role, Member: f.lease.member(), Owner: s.owner,
 		Namespace: namespaceOf(f.cfg.Database, f.cfg.Collection), Topic: f.cfg.Topic,
-		Position: s.saved, Published: s.published, DeadLettered: s.deadLettered, Error: s.errorText(),
+		Position: s.saved, Published: s.published, DeadLettered: s.deadLettered, Duplicates: s.duplicates, Error: s.errorText(),
 	}
 	if !s.lastChange.IsZero() && s.role == RoleActive {
 		st.LagSeconds = max(0, time.Since(s.lastChange).Seconds())

@@ -133,15 +133,24 @@ func readStream(t *testing.T, js natsjs.JetStream, stream string) []event {
 	return out
 }
 
+// count returns how many messages topic's stream holds.
+func (e *env) count(topic string) int {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := e.bus.JetStream().Stream(ctx, jetbus.StreamName(topic))
+	require.NoError(e.t, err)
+	info, err := s.Info(ctx)
+	require.NoError(e.t, err)
+	return int(info.State.Msgs)
+}
+
 // waitEvents waits until topic holds at least n messages and returns them.
 func (e *env) waitEvents(topic string, n int) []event {
 	e.t.Helper()
-	var evs []event
-	require.Eventually(e.t, func() bool {
-		evs = e.events(topic)
-		return len(evs) >= n
-	}, 30*time.Second, 20*time.Millisecond, "want %d events in %s", n, topic)
-	return evs
+	require.Eventually(e.t, func() bool { return e.count(topic) >= n }, 60*time.Second, 10*time.Millisecond,
+		"want %d events in %s", n, topic)
+	return e.events(topic)
 }
 
 // byKey groups events by key, in stream order.

@@ -12,23 +12,25 @@ import (
 //
 //	changefeed_changes_published_total      changes (and copied documents) published, acknowledged
 //	changefeed_dead_letters_total           changes dead-lettered instead
+//	changefeed_duplicates_total             changes published again that JetStream already had (after a restart)
 //	changefeed_lag_seconds                  now minus the cluster time of the last change read
-//	changefeed_position_age_seconds         now minus the cluster time of the saved position
+//	changefeed_position_age_seconds         now minus the cluster time of the saved position (0 on a standby)
 //	changefeed_copy_documents_total         documents published by copies
 //	changefeed_copy_progress_ratio          copied / estimated total of the running copy (1 when done)
 //	changefeed_history_lost_total           times the saved position was gone from the oplog
 //	changefeed_failed                       1 while the feed is failed (history lost with policy fail, a stream MongoDB refuses)
 //	outbox_events_published_total           outbox documents published, acknowledged
 //	outbox_dead_letters_total               outbox documents dead-lettered instead
+//	outbox_duplicates_total                 outbox documents published again that JetStream already had
 //	outbox_lag_seconds                      now minus the ts of the last outbox document published
 type metrics struct {
-	published, deadLetters, copied, historyLost prometheus.Counter
-	lag, posAge, copyProgress, failed           prometheus.Gauge
+	published, deadLetters, duplicates, copied, historyLost prometheus.Counter
+	lag, posAge, copyProgress, failed                       prometheus.Gauge
 }
 
 type families struct {
-	published, deadLetters, copied, historyLost *prometheus.CounterVec
-	lag, posAge, copyProgress, failed           *prometheus.GaugeVec
+	published, deadLetters, duplicates, copied, historyLost *prometheus.CounterVec
+	lag, posAge, copyProgress, failed                       *prometheus.GaugeVec
 }
 
 func newMetrics(r prometheus.Registerer, prefix, name string) (*metrics, error) {
@@ -47,12 +49,14 @@ func newMetrics(r prometheus.Registerer, prefix, name string) (*metrics, error) 
 		f = families{
 			published:   counter("events_published_total", "Outbox documents published and acknowledged."),
 			deadLetters: counter("dead_letters_total", "Outbox documents dead-lettered instead of published."),
+			duplicates:  counter("duplicates_total", "Outbox documents published again that JetStream already had (dropped)."),
 			lag:         gauge("lag_seconds", "Now minus the ts of the last outbox document published."),
 		}
 	} else {
 		f = families{
 			published:    counter("changes_published_total", "Changes and copied documents published and acknowledged."),
 			deadLetters:  counter("dead_letters_total", "Changes dead-lettered instead of published."),
+			duplicates:   counter("duplicates_total", "Changes published again that JetStream already had (dropped): re-publishes after a restart."),
 			copied:       counter("copy_documents_total", "Documents published by copies."),
 			historyLost:  counter("history_lost_total", "Times the saved position was no longer in the oplog."),
 			lag:          gauge("lag_seconds", "Now minus the cluster time of the last change read."),
@@ -82,7 +86,7 @@ func newMetrics(r prometheus.Registerer, prefix, name string) (*metrics, error) 
 		return (*g).WithLabelValues(name)
 	}
 	m := &metrics{
-		published: reg(&f.published), deadLetters: reg(&f.deadLetters), copied: reg(&f.copied), historyLost: reg(&f.historyLost),
+		published: reg(&f.published), deadLetters: reg(&f.deadLetters), duplicates: reg(&f.duplicates), copied: reg(&f.copied), historyLost: reg(&f.historyLost),
 		lag: regG(&f.lag), copyProgress: regG(&f.copyProgress), failed: regG(&f.failed),
 	}
 	if err != nil {
@@ -121,13 +125,16 @@ func set(g prometheus.Gauge, v float64) {
 	}
 }
 
-func (m *metrics) publish(rejected bool) {
+func (m *metrics) publish(rejected, dup bool) {
 	if m == nil {
 		return
 	}
-	if rejected {
+	switch {
+	case rejected:
 		inc(m.deadLetters)
-	} else {
+	case dup:
+		inc(m.duplicates)
+	default:
 		inc(m.published)
 	}
 }

@@ -160,13 +160,13 @@ func (r *run) onDone(e *entry) error {
 	switch st.kind {
 	case stepChange:
 		r.tok, r.ct, r.dirty, r.changed = st.token, ctOf(st.clusterT), true, true
-		r.f.counted(st.rejected)
+		r.f.counted(st.rejected, st.dup)
 	case stepHeartbeat:
 		r.tok, r.ct, r.dirty = st.token, tokenTime(st.token), true
 	case stepCopied:
 		r.lastID, r.dirty, r.changed = st.lastID, true, true
 		r.pos.Copy.Copied++
-		r.f.counted(st.rejected)
+		r.f.counted(st.rejected, st.dup)
 		if m := r.f.metrics; m != nil {
 			inc(m.copied)
 			set(m.copyProgress, r.pos.Copy.Progress())

@@ -93,6 +93,7 @@ type runnerState struct {
 	saved        *Position // a feed's last position saved (or loaded)
 	published    uint64
 	deadLettered uint64
+	duplicates   uint64    // publishes the server already had (re-published after a restart)
 	lastChange   time.Time // time of the last change (or outbox document) read
 }
 
@@ -212,17 +213,26 @@ func (r *runner) setFailed(err error) {
 	}
 }
 
-// counted records one settled change or document.
-func (r *runner) counted(rejected bool) {
-	r.metrics.publish(rejected)
+// counted records one settled change or document: dead-lettered, or published (dup: the
+// server had it already, a re-publish after a restart that JetStream dropped).
+func (r *runner) counted(rejected, dup bool) {
+	r.metrics.publish(rejected, dup)
 	r.mu.Lock()
-	if rejected {
+	first := false
+	switch {
+	case rejected:
 		r.state.deadLettered++
-	} else {
+	case dup:
+		r.state.duplicates++
+		first = r.state.duplicates == 1
+	default:
 		r.state.published++
 	}
 	r.state.err = nil
 	r.mu.Unlock()
+	if first {
+		r.log.Info("re-published events the server already had were dropped as duplicates (a restart)")
+	}
 }
 
 // errorText is the error Status shows.
