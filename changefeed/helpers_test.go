@@ -62,9 +62,12 @@ func (e *env) start(cfg changefeed.Config, opts ...changefeed.Option) *changefee
 	f, err := changefeed.New(e.t.Context(), e.bus, e.db.Client(), cfg,
 		append([]changefeed.Option{changefeed.WithLogger(embeddedtest.Logger(e.t)), changefeed.WithDeadLetters(e.dlq)}, opts...)...)
 	require.NoError(e.t, err)
-	e.runComponent(f)
+	stoppers.Store(f, e.runComponent(f))
 	return f
 }
+
+// stoppers holds the stop function of every component started by env.start.
+var stoppers sync.Map
 
 type component interface {
 	Run(ctx context.Context) error
