@@ -134,7 +134,9 @@ func (s *sender) reject(ctx context.Context, m *message, cause error) error {
 	h := nats.Header{}
 	h.Set(jetbus.HeaderContentType, jetbus.ContentTypeJSON)
 	for k, v := range m.headers {
-		if jetbus.ValidateHeaderValue(k, v) == nil {
+		// Only headers a publisher may set: a reserved one (x-dlq-…) from an outbox
+		// document must not reach the dead letter.
+		if jetbus.ValidateHeaderName(k) == nil && jetbus.ValidateHeaderValue(k, v) == nil {
 			h.Set(k, v)
 		}
 	}
