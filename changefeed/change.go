@@ -42,14 +42,9 @@ type change struct {
 
 // decodeChange reads a change event.
 func decodeChange(raw bson.Raw) (*change, error) {
-	elems, err := raw.Elements()
-	if err != nil {
-		return nil, fmt.Errorf("changefeed: malformed change event: %w", err)
-	}
 	c := &change{}
-	for _, e := range elems {
-		v := e.Value()
-		switch e.Key() {
+	err := eachElem(raw, func(key []byte, v bson.RawValue) error {
+		switch string(key) {
 		case "_id":
 			c.token, _ = v.DocumentOK()
 		case "operationType":
@@ -81,6 +76,10 @@ func decodeChange(raw bson.Raw) (*change, error) {
 		case "lsid":
 			c.lsid = v
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("changefeed: malformed change event: %w", err)
 	}
 	if c.token == nil {
 		return nil, fmt.Errorf("changefeed: change event without a resume token (_id)")
@@ -202,14 +201,30 @@ func appendOrNull(dst []byte, v bson.RawValue) ([]byte, error) {
 }
 
 // headersOf returns the headers of c's event; a namespace that cannot travel in a header
-// (a control character in a collection name) is left out.
-func headersOf(c *change) map[string]string {
-	h := map[string]string{HeaderOp: c.op}
-	if ns := c.ns(); jetbus.ValidateHeaderValue(HeaderNamespace, ns) == nil {
-		h[HeaderNamespace] = ns
+// (a control character in a collection name) is left out. The maps are shared by every event
+// of one operation and namespace (the Bus copies them), so they must not be changed.
+func (h *headerCache) headersOf(c *change) map[string]string {
+	k := headerKey{c.op, c.db, c.coll}
+	if m, ok := h.m[k]; ok {
+		return m
 	}
-	return h
+	m := map[string]string{HeaderOp: c.op}
+	if ns := c.ns(); jetbus.ValidateHeaderValue(HeaderNamespace, ns) == nil {
+		m[HeaderNamespace] = ns
+	}
+	if h.m == nil || len(h.m) > 4096 {
+		h.m = map[headerKey]map[string]string{}
+	}
+	h.m[k] = m
+	return m
 }
+
+// headerCache holds the header maps of a feed's events; one goroutine (the reader) uses it.
+type headerCache struct {
+	m map[headerKey]map[string]string
+}
+
+type headerKey struct{ op, db, coll string }
 
 // summary is what a dead letter holds instead of a change too large to publish: where it
 // came from, its key and its size.

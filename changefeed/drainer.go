@@ -350,8 +350,7 @@ func (d *Drainer) publish(ctx context.Context, w *window, doc bson.Raw, rec *rec
 		return err
 	}
 	if !m.ts.IsZero() {
-		d.metrics.lagged(m.ts)
-		d.update(func(s *runnerState) { s.lastChange = m.ts })
+		d.read(m.ts)
 	}
 	return w.push(ctx, e)
 }

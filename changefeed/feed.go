@@ -12,10 +12,11 @@ import (
 // Run, Ready and Status. Every method is safe for concurrent use.
 type Feed struct {
 	*runner
-	cfg    Config
-	bus    Publisher
-	client *mongo.Client
-	pos    *positions
+	cfg     Config
+	bus     Publisher
+	client  *mongo.Client
+	pos     *positions
+	headers headerCache // used by the serving goroutine only
 }
 
 // New returns the feed cfg describes, publishing through bus and reading MongoDB through

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
 // appendJSON appends v as JSON, in the mapping the package doc describes ("Payloads"): plain
@@ -21,28 +22,21 @@ import (
 func appendJSON(dst []byte, v bson.RawValue) ([]byte, error) {
 	switch v.Type {
 	case bson.TypeEmbeddedDocument:
-		d, ok := v.DocumentOK()
-		if !ok {
-			return dst, errBadBSON(v)
-		}
-		return appendDocJSON(dst, d)
+		return appendDocJSON(dst, v.Value)
 	case bson.TypeArray:
-		a, ok := v.ArrayOK()
-		if !ok {
-			return dst, errBadBSON(v)
-		}
-		vals, err := a.Values()
-		if err != nil {
-			return dst, fmt.Errorf("changefeed: malformed BSON array: %w", err)
-		}
 		dst = append(dst, '[')
-		for i, x := range vals {
-			if i > 0 {
+		first := true
+		err := eachElem(v.Value, func(_ []byte, x bson.RawValue) error {
+			if !first {
 				dst = append(dst, ',')
 			}
-			if dst, err = appendJSON(dst, x); err != nil {
-				return dst, err
-			}
+			first = false
+			var err error
+			dst, err = appendJSON(dst, x)
+			return err
+		})
+		if err != nil {
+			return dst, err
 		}
 		return append(dst, ']'), nil
 	case bson.TypeString:
@@ -76,7 +70,9 @@ func appendJSON(dst []byte, v bson.RawValue) ([]byte, error) {
 		dst = hex.AppendEncode(dst, oid[:])
 		return append(dst, '"'), nil
 	case bson.TypeDateTime:
-		return appendString(dst, formatDate(v.DateTime())), nil
+		dst = append(dst, '"')
+		dst = time.UnixMilli(v.DateTime()).UTC().AppendFormat(dst, dateLayout)
+		return append(dst, '"'), nil
 	case bson.TypeTimestamp:
 		t, i := v.Timestamp()
 		dst = append(dst, `{"t":`...)
@@ -89,7 +85,9 @@ func appendJSON(dst []byte, v bson.RawValue) ([]byte, error) {
 		if (sub == 0x04 || sub == 0x03) && len(data) == 16 {
 			return appendString(dst, uuidText(data)), nil
 		}
-		return appendString(dst, base64.StdEncoding.EncodeToString(data)), nil
+		dst = append(dst, '"')
+		dst = base64.StdEncoding.AppendEncode(dst, data)
+		return append(dst, '"'), nil
 	case bson.TypeRegex:
 		p, o := v.Regex()
 		return appendString(dst, "/"+p+"/"+o), nil
@@ -104,24 +102,57 @@ func appendJSON(dst []byte, v bson.RawValue) ([]byte, error) {
 	return dst, fmt.Errorf("changefeed: unknown BSON type 0x%02x", byte(v.Type))
 }
 
+// dateLayout is RFC 3339 with milliseconds.
+const dateLayout = "2006-01-02T15:04:05.000Z07:00"
+
 // appendDocJSON appends the document d as a JSON object, keeping its field order.
-func appendDocJSON(dst []byte, d bson.Raw) ([]byte, error) {
-	elems, err := d.Elements()
-	if err != nil {
-		return dst, fmt.Errorf("changefeed: malformed BSON document: %w", err)
-	}
+func appendDocJSON(dst []byte, d []byte) ([]byte, error) {
 	dst = append(dst, '{')
-	for i, e := range elems {
-		if i > 0 {
+	first := true
+	err := eachElem(d, func(key []byte, v bson.RawValue) error {
+		if !first {
 			dst = append(dst, ',')
 		}
-		dst = appendString(dst, e.Key())
+		first = false
+		dst = appendString(dst, key)
 		dst = append(dst, ':')
-		if dst, err = appendJSON(dst, e.Value()); err != nil {
-			return dst, err
-		}
+		var err error
+		dst, err = appendJSON(dst, v)
+		return err
+	})
+	if err != nil {
+		return dst, err
 	}
 	return append(dst, '}'), nil
+}
+
+// eachElem calls fn for every element of the BSON document (or array) doc, in order, without
+// allocating.
+func eachElem(doc []byte, fn func(key []byte, v bson.RawValue) error) error {
+	length, _, ok := bsoncore.ReadLength(doc)
+	if !ok || length < 5 || int(length) > len(doc) || doc[length-1] != 0 {
+		return fmt.Errorf("changefeed: malformed BSON document")
+	}
+	rem := doc[4 : length-1]
+	for len(rem) > 0 {
+		el, next, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			return fmt.Errorf("changefeed: malformed BSON element")
+		}
+		key, err := el.KeyBytesErr()
+		if err != nil {
+			return fmt.Errorf("changefeed: malformed BSON element: %w", err)
+		}
+		val, err := el.ValueErr()
+		if err != nil {
+			return fmt.Errorf("changefeed: malformed BSON element %q: %w", key, err)
+		}
+		if err := fn(key, bson.RawValue{Type: bson.Type(val.Type), Value: val.Data}); err != nil {
+			return err
+		}
+		rem = next
+	}
+	return nil
 }
 
 func errBadBSON(v bson.RawValue) error {
@@ -140,11 +171,6 @@ func appendFloat(dst []byte, f float64) []byte {
 		return append(dst, `"-Infinity"`...)
 	}
 	return strconv.AppendFloat(dst, f, 'g', -1, 64)
-}
-
-// formatDate renders a BSON date (ms since the epoch) in RFC 3339 with milliseconds, UTC.
-func formatDate(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
 func uuidText(b []byte) string {
@@ -188,7 +214,7 @@ func ratText(r *big.Rat, prec int) string {
 
 // appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as encoding/json
 // does; '<', '>' and '&' are not escaped (the payload is not HTML).
-func appendString(dst []byte, s string) []byte {
+func appendString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	const hexDigits = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
@@ -216,7 +242,8 @@ func appendString(dst []byte, s string) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		// Not ASCII: a small window is converted to decode one rune.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
 		if r == utf8.RuneError && size == 1 {
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, `\ufffd`...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,6 +79,8 @@ type runner struct {
 	metrics *metrics
 	send    *sender
 	lease   *leaseHolder
+
+	lastChange atomic.Int64 // Unix ms of the last change (or outbox document) read
 
 	mu    sync.Mutex
 	state runnerState
@@ -175,8 +178,18 @@ func (r *runner) update(fn func(*runnerState)) {
 
 func (r *runner) snapshot() runnerState {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.state
+	s := r.state
+	r.mu.Unlock()
+	if ms := r.lastChange.Load(); ms != 0 {
+		s.lastChange = time.UnixMilli(ms)
+	}
+	return s
+}
+
+// read records the time of the change (or outbox document) just read, for the lag.
+func (r *runner) read(at time.Time) {
+	r.metrics.lagged(at)
+	r.lastChange.Store(at.UnixMilli())
 }
 
 // noteErr records an error that keeps the runner from progressing.

@@ -149,8 +149,7 @@ func (r *run) readStream(ctx context.Context, cs *mongo.ChangeStream, w *window,
 			}
 			continue
 		}
-		f.metrics.lagged(c.wall)
-		f.update(func(s *runnerState) { s.lastChange = c.wall })
+		f.read(c.wall)
 		m, err := f.render(ctx, c, "")
 		if err != nil {
 			return err
@@ -209,7 +208,7 @@ func (f *Feed) render(ctx context.Context, c *change, epoch string) (*message, e
 	}
 	return &message{
 		topic: f.cfg.topicFor(c.db, c.coll), payload: payload, id: id, key: key, ts: c.wall,
-		headers: headersOf(c), change: c,
+		headers: f.headers.headersOf(c), change: c,
 	}, nil
 }
 
