@@ -22,12 +22,21 @@ import (
 
 // BenchmarkFeed compares a feed with the raw work it does, in the same run, on the same
 // changes: each round inserts n documents, then "raw" reads their change events with the
-// driver (fullDocument updateLookup, as the feed), renders each full document as relaxed
-// Extended JSON and publishes it with nats.go's PublishMsgAsync (Nats-Msg-Id = the resume
-// token), waiting for every ack; "feed" runs a changefeed.Feed from the position before the
-// inserts until it has published (and acknowledged) the n changes, its position saved on
-// the way (timed from when it holds its lease). Sides alternate, and which goes first. b.N is the number of changes per side.
+// driver (fullDocument updateLookup, as the feed) and publishes each full document with
+// nats.go's PublishMsgAsync (Nats-Msg-Id = the resume token), waiting for every ack; "feed"
+// runs a changefeed.Feed from the position before the inserts until it has published (and
+// acknowledged) the n changes, its position saved on the way (timed from when it holds its
+// lease). Sides alternate, and which goes first. b.N is the number of changes per side.
+//
+// Raw renders the document as relaxed Extended JSON with the driver (extjson), or not at all:
+// it publishes the BSON bytes (bson), the floor of what reading and publishing cost.
 func BenchmarkFeed(b *testing.B) {
+	for _, render := range []string{"extjson", "bson"} {
+		b.Run(render, func(b *testing.B) { benchFeed(b, render == "extjson") })
+	}
+}
+
+func benchFeed(b *testing.B, extJSON bool) {
 	ctx := context.Background()
 	s := embeddedtest.NATS(b)
 	bus := embeddedtest.Bus(b, s.ClientURL())
@@ -48,7 +57,7 @@ func BenchmarkFeed(b *testing.B) {
 	for r := range rounds {
 		start := currentToken(b, coll)
 		insertOrders(b, coll, r, n)
-		raw := func() { rawT += rawRound(b, coll, js, start, n) }
+		raw := func() { rawT += rawRound(b, coll, js, start, n, extJSON) }
 		feed := func() { feedT += feedRound(b, bus, kv, db, fmt.Sprintf("bench%d", r), start, n) }
 		if r%2 == 0 {
 			raw()
@@ -99,8 +108,9 @@ func insertOrders(b *testing.B, coll *mongo.Collection, round, n int) {
 	flush()
 }
 
-// rawRound reads n changes after start and publishes them with nats.go.
-func rawRound(b *testing.B, coll *mongo.Collection, js natsjs.JetStream, start bson.Raw, n int) time.Duration {
+// rawRound reads n changes after start and publishes them with nats.go, as relaxed Extended
+// JSON or as BSON.
+func rawRound(b *testing.B, coll *mongo.Collection, js natsjs.JetStream, start bson.Raw, n int, extJSON bool) time.Duration {
 	ctx := context.Background()
 	subject := jetbus.PartitionSubject("bench.raw", 0)
 	t0 := time.Now()
@@ -111,9 +121,14 @@ func rawRound(b *testing.B, coll *mongo.Collection, js natsjs.JetStream, start b
 		if !cs.Next(ctx) {
 			b.Fatal(cs.Err())
 		}
-		body, err := bson.MarshalExtJSON(cs.Current.Lookup("fullDocument").Document(), false, false)
-		if err != nil {
-			b.Fatal(err)
+		body := []byte(cs.Current.Lookup("fullDocument").Document())
+		if extJSON {
+			var err error
+			if body, err = bson.MarshalExtJSON(bson.Raw(body), false, false); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			body = append([]byte(nil), body...)
 		}
 		m := nats.NewMsg(subject)
 		m.Data = body
