@@ -50,7 +50,8 @@
 //	            "txnNumber", "lsid", "snapshot": true for a copy},
 //	 "ts_ms": <when the feed rendered it>}
 //
-// A delete in the envelope format is an event, not a tombstone. Debezium puts the document
+// The envelope asks MongoDB for pre-images (fullDocumentBeforeChange: whenAvailable), which
+// needs MongoDB 6.0 or later. A delete in the envelope format is an event, not a tombstone. Debezium puts the document
 // in after as a string of Extended JSON; here it is the JSON below, like every payload.
 //
 // Documents become JSON (Payloads): objects keep their field order; strings, booleans,

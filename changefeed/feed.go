@@ -26,6 +26,9 @@ type Feed struct {
 //   - WithRegisterer: Prometheus registerer for the feed's metrics (default none).
 //   - WithDeadLetters: the DLQ for changes that can never be published (default none: such
 //     a change stops the feed until it can be published).
+//
+// Feeds and drainers that share bus need its bound on outstanding async publishes
+// (jetstream.WithAsyncMaxPending) to hold their MaxInFlight together.
 func New(ctx context.Context, bus Publisher, client *mongo.Client, cfg Config, opts ...Option) (*Feed, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {

@@ -29,8 +29,14 @@ func changefeedComponents(ctx context.Context, env *process.Env, q *dlq.Queue) (
 	if err != nil {
 		return nil, err
 	}
+	// The runners share the Bus: its bound on outstanding async publishes must hold all their
+	// windows, or a full Bus would fail publishes that each runner's window allows.
+	pending := len(cfg.Outbox) * changefeed.DefaultMaxInFlight
+	for _, fc := range cfg.Changefeeds {
+		pending += max(fc.MaxInFlight, 1)
+	}
 	bus, err := jetstream.Open(ctx, env.Conn, jetstream.WithPublishMiddleware(reg.PublishMiddleware()),
-		jetstream.WithLogger(env.Logger), jetstream.WithRegisterer(env.Metrics))
+		jetstream.WithLogger(env.Logger), jetstream.WithRegisterer(env.Metrics), jetstream.WithAsyncMaxPending(max(pending, 4000)))
 	if err != nil {
 		_ = reg.Close()
 		return nil, err
