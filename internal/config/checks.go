@@ -19,7 +19,7 @@ var checks = map[string]func(string) error{
 	"group": jetbus.ValidateGroup,
 	"name":  matches(namePattern, "a name"),
 	"topic-template": func(s string) error {
-		return jetbus.ValidateTopic(strings.ReplaceAll(s, "{collection}", "x"))
+		return jetbus.ValidateTopic(strings.NewReplacer("{collection}", "x", "{database}", "x").Replace(s))
 	},
 	"nats-url": func(s string) error {
 		u, err := url.Parse(s)
