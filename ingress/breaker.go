@@ -21,9 +21,16 @@ type breaker struct {
 	topic string        // the topic whose publish failed last: what the prober asks about
 	since time.Time
 	kick  chan struct{} // wakes the prober
-	log   *slog.Logger
-	gauge interface{ Set(float64) }
+	// Logging: an opening is logged at most every breakerLogEvery, with how many there were.
+	lastLog time.Time
+	opens   int
+	log     *slog.Logger
+	gauge   interface{ Set(float64) }
 }
+
+// breakerLogEvery bounds how often the breaker logs that it opened: a stream that refuses
+// writes opens it after every probe.
+const breakerLogEvery = 10 * time.Second
 
 func newBreaker(log *slog.Logger, gauge interface{ Set(float64) }) *breaker {
 	up := make(chan struct{})
@@ -45,8 +52,12 @@ func (b *breaker) open(topic string, err error) {
 	b.up = make(chan struct{})
 	b.since = time.Now()
 	b.gauge.Set(1)
-	b.log.Warn("JetStream unavailable: requests are answered unavailable, fire-and-forget messages wait (up to max_in_flight)",
-		"topic", topic, "error", err)
+	b.opens++
+	if time.Since(b.lastLog) >= breakerLogEvery {
+		b.log.Warn("JetStream unavailable: requests are answered unavailable, fire-and-forget messages wait (up to max_in_flight)",
+			"topic", topic, "error", err, "times_since_last_log", b.opens)
+		b.lastLog, b.opens = b.since, 0
+	}
 	select {
 	case b.kick <- struct{}{}:
 	default:
@@ -66,7 +77,12 @@ func (b *breaker) close(how string) {
 	b.down.Store(false)
 	close(b.up)
 	b.gauge.Set(0)
-	b.log.Info("JetStream available again", "after", time.Since(b.since).Round(time.Millisecond).String(), "seen_by", how)
+	level := slog.LevelDebug
+	if time.Since(b.since) >= time.Second {
+		level = slog.LevelInfo
+	}
+	b.log.Log(context.Background(), level, "JetStream available again",
+		"after", time.Since(b.since).Round(time.Millisecond).String(), "seen_by", how)
 }
 
 // wait blocks until JetStream is available; false when done closes first.

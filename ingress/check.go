@@ -16,6 +16,11 @@ import (
 // the headers ask for, or why the message is refused. The JSON and the schema are checked by
 // the publish path (the Bus and the registry's middleware).
 func (g *Ingress) check(it *item) *refusal {
+	// The client's ID first: a dead letter of a refused message keeps it whatever else is
+	// wrong, so that a retry of the same message is kept once.
+	if vals := it.header[jetbus.HeaderMsgID]; len(vals) == 1 && vals[0] != "" && controlChar(vals[0]) < 0 {
+		it.clientID = vals[0]
+	}
 	if it.reply != "" && !g.replyAllowed(it.reply) {
 		r := refuse(CodeNotAllowed, map[string]any{"reply": it.reply},
 			"reply subject %q is not an inbox (allowed prefixes: %s): nothing was stored", it.reply, strings.Join(g.cfg.ReplyPrefixes, ", "))
@@ -68,7 +73,6 @@ func (g *Ingress) headers(it *item) *refusal {
 			if v == "" {
 				return bad("empty")
 			}
-			it.clientID = v
 			it.opts = append(it.opts, jetbus.WithID(v))
 		case jetbus.HeaderKey:
 			if err := jetbus.ValidateKey(v); err != nil {

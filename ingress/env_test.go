@@ -45,23 +45,35 @@ func newEnv(t *testing.T, topics ...jbjs.TopicConfig) *env {
 func newEnvOn(t *testing.T, s *server.Server, url string, topics ...jbjs.TopicConfig) *env {
 	t.Helper()
 	ctx := context.Background()
-	nc := embeddedtest.Connect(t, url)
-	js, err := natsjs.New(nc)
-	require.NoError(t, err)
-	reg, err := schema.Open(ctx, js)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = reg.Close() })
-	bus, err := jbjs.Open(ctx, nc, jbjs.WithPublishMiddleware(reg.PublishMiddleware()),
-		jbjs.WithAsyncMaxPending(ingress.DefaultMaxInFlight), jbjs.WithLogger(embeddedtest.Logger(t)))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = bus.Close() })
-	q, err := dlq.Open(ctx, js, dlq.Config{Logger: embeddedtest.Logger(t)})
+	e := &env{t: t, srv: s, url: url}
+	e.bus, e.reg = e.publisher()
+	e.js = e.bus.JetStream()
+	q, err := dlq.Open(ctx, e.js, dlq.Config{Logger: embeddedtest.Logger(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
+	e.q = q
 	for _, tc := range topics {
-		require.NoError(t, bus.EnsureTopic(ctx, tc))
+		require.NoError(t, e.bus.EnsureTopic(ctx, tc))
 	}
-	return &env{t: t, srv: s, url: url, bus: bus, reg: reg, q: q, js: js}
+	return e
+}
+
+// publisher opens what a bridge process publishes through: a Bus on a connection of its own
+// with the schema registry's publish middleware.
+func (e *env) publisher() (*jbjs.Bus, *schema.Registry) {
+	e.t.Helper()
+	ctx := context.Background()
+	nc := embeddedtest.Connect(e.t, e.url)
+	js, err := natsjs.New(nc)
+	require.NoError(e.t, err)
+	reg, err := schema.Open(ctx, js)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = reg.Close() })
+	bus, err := jbjs.Open(ctx, nc, jbjs.WithPublishMiddleware(reg.PublishMiddleware()),
+		jbjs.WithAsyncMaxPending(ingress.DefaultMaxInFlight), jbjs.WithLogger(embeddedtest.Logger(e.t)))
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = bus.Close() })
+	return bus, reg
 }
 
 // running is an ingress replica running in the test.
@@ -90,9 +102,15 @@ func (r *running) stop(t *testing.T) error {
 // run starts an ingress replica on a connection of its own and waits until it serves.
 func (e *env) run(cfg ingress.Config) *running {
 	e.t.Helper()
+	return e.runWith(e.bus, cfg)
+}
+
+// runWith starts an ingress replica that publishes through pub.
+func (e *env) runWith(pub ingress.Publisher, cfg ingress.Config) *running {
+	e.t.Helper()
 	conn := embeddedtest.Connect(e.t, e.url)
 	reg := prometheus.NewRegistry()
-	g, err := ingress.New(conn, e.bus, e.q, cfg, ingress.WithLogger(embeddedtest.Logger(e.t)), ingress.WithRegisterer(reg))
+	g, err := ingress.New(conn, pub, e.q, cfg, ingress.WithLogger(embeddedtest.Logger(e.t)), ingress.WithRegisterer(reg))
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Ingress: g, conn: conn, metrics: reg, cancel: cancel, done: make(chan error, 1)}
@@ -199,4 +217,97 @@ func (e *env) letters(f dlq.Filter) []*dlq.Letter {
 	ls, err := e.q.List(ctx, f, 0)
 	require.NoError(e.t, err)
 	return ls
+}
+
+// dlqCount returns the number of dead letters stored.
+func (e *env) dlqCount() uint64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	s, err := e.js.Stream(ctx, dlq.StreamName)
+	require.NoError(e.t, err)
+	info, err := s.Info(ctx)
+	require.NoError(e.t, err)
+	return info.State.Msgs
+}
+
+// numbers reads every message of topic and counts each body's "n".
+func (e *env) numbers(topic string) map[int]int {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	total := e.count(topic)
+	cons, err := e.js.OrderedConsumer(ctx, jetbus.StreamName(topic), natsjs.OrderedConsumerConfig{})
+	require.NoError(e.t, err)
+	seen := make(map[int]int, total)
+	for got := uint64(0); got < total; {
+		batch, err := cons.FetchNoWait(1000)
+		require.NoError(e.t, err)
+		for m := range batch.Messages() {
+			var v struct{ N int }
+			require.NoError(e.t, json.Unmarshal(m.Data(), &v))
+			seen[v.N]++
+			got++
+		}
+		require.NoError(e.t, ctx.Err())
+	}
+	return seen
+}
+
+// ids reads every message of topic and returns the stream sequences of each event ID.
+func (e *env) ids(topic string) map[string][]uint64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	total := e.count(topic)
+	cons, err := e.js.OrderedConsumer(ctx, jetbus.StreamName(topic), natsjs.OrderedConsumerConfig{})
+	require.NoError(e.t, err)
+	out := make(map[string][]uint64, total)
+	for got := uint64(0); got < total; {
+		batch, err := cons.FetchNoWait(1000)
+		require.NoError(e.t, err)
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			require.NoError(e.t, err)
+			id := m.Headers().Get(jetbus.HeaderMsgID)
+			out[id] = append(out[id], meta.Sequence.Stream)
+			got++
+		}
+		require.NoError(e.t, ctx.Err())
+	}
+	return out
+}
+
+// metricValue returns the value of the series of metric name with the given label pairs
+// (a histogram's sample count) in the replica's registry, or 0 when there is none.
+func metricValue(t *testing.T, r *running, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := r.metrics.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return 0
 }

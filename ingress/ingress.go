@@ -78,6 +78,7 @@ type Ingress struct {
 	stallN     atomic.Int64 // back-pressure episodes ended since the monitor last logged
 	stallTime  atomic.Int64 // and their total, in nanoseconds
 	sub        atomic.Pointer[nats.Subscription]
+	dropLog    atomic.Int64 // Unix nanoseconds of the last slow-consumer log
 	stats      struct {
 		accepted, duplicates, dropped, abandoned atomic.Uint64
 		rejected                                 [7]atomic.Uint64
@@ -415,16 +416,22 @@ func (g *Ingress) send(m *nats.Msg) {
 	}
 }
 
-// asyncError learns the subscription from NATS's slow-consumer error, to count what it drops.
+// asyncError learns the subscription from NATS's slow-consumer error, to count what it drops,
+// and logs it (at most every backPressureLogEvery) instead of passing it on: the
+// connection's own handler sees every other error.
 func (g *Ingress) asyncError(prev nats.ErrHandler) nats.ErrHandler {
 	return func(c *nats.Conn, sub *nats.Subscription, err error) {
-		if sub != nil && sub.Subject == Subject && errors.Is(err, nats.ErrSlowConsumer) {
-			g.sub.Store(sub)
+		if sub == nil || sub.Subject != Subject || !errors.Is(err, nats.ErrSlowConsumer) {
+			if prev != nil {
+				prev(c, sub, err)
+			}
+			return
+		}
+		g.sub.Store(sub)
+		now := time.Now().UnixNano()
+		if last := g.dropLog.Load(); now-last >= int64(backPressureLogEvery) && g.dropLog.CompareAndSwap(last, now) {
 			g.log.Warn("NATS is dropping messages to ingress: its pending buffer is full (slow consumer); clients publish faster than JetStream stores",
 				"max_pending_msgs", g.cfg.PendingMsgs, "max_pending_bytes", g.cfg.PendingBytes)
-		}
-		if prev != nil {
-			prev(c, sub, err)
 		}
 	}
 }

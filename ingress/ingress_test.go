@@ -182,3 +182,15 @@ func fillUp(t *testing.T, e *env, topic string) {
 	_, err = e.js.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
 }
+
+// unfill lifts fillUp's limit.
+func unfill(t *testing.T, e *env, topic string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, jetbus.StreamName(topic))
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgs = -1
+	_, err = e.js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+}

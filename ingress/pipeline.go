@@ -217,6 +217,8 @@ func (g *Ingress) probe() {
 			cancel()
 			if err == nil || errors.Is(err, natsjs.ErrStreamNotFound) {
 				g.brk.close("the prober")
+			} else {
+				g.log.Debug("ingress: JetStream still unavailable", "error", err)
 			}
 		}
 	}
