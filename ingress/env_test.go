@@ -27,7 +27,7 @@ const wait = 20 * time.Second
 // registry's publish middleware, the DLQ, and the topics. Clients are raw nats.go connections
 // (client): no jetbus package is on their path.
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	srv *server.Server
 	url string
 	bus *jbjs.Bus
@@ -42,7 +42,7 @@ func newEnv(t *testing.T, topics ...jbjs.TopicConfig) *env {
 	return newEnvOn(t, s, s.ClientURL(), topics...)
 }
 
-func newEnvOn(t *testing.T, s *server.Server, url string, topics ...jbjs.TopicConfig) *env {
+func newEnvOn(t testing.TB, s *server.Server, url string, topics ...jbjs.TopicConfig) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{t: t, srv: s, url: url}
@@ -86,7 +86,7 @@ type running struct {
 }
 
 // stop stops the replica (as SIGTERM would) and returns Run's result.
-func (r *running) stop(t *testing.T) error {
+func (r *running) stop(t testing.TB) error {
 	t.Helper()
 	r.cancel()
 	select {
@@ -121,7 +121,7 @@ func (e *env) runWith(pub ingress.Publisher, cfg ingress.Config) *running {
 }
 
 // client is an untrusted NATS client: nothing but nats.go.
-func client(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
+func client(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	require.NoError(t, err)
@@ -130,7 +130,7 @@ func client(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
 }
 
 // request sends body to subject with headers (name, value pairs) and waits for the answer.
-func request(t *testing.T, nc *nats.Conn, subject string, body []byte, headers ...string) *nats.Msg {
+func request(t testing.TB, nc *nats.Conn, subject string, body []byte, headers ...string) *nats.Msg {
 	t.Helper()
 	m := nats.NewMsg(subject)
 	m.Data = body
@@ -311,3 +311,6 @@ func metricValue(t *testing.T, r *running, name string, labels ...string) float6
 	}
 	return 0
 }
+
+// jsonRaw is the payload as the Bus takes it without re-encoding.
+func jsonRaw(b []byte) json.RawMessage { return json.RawMessage(b) }
