@@ -11,6 +11,19 @@ import (
 	"github.com/jetbus/jetbus/jetstream"
 )
 
+// MaxIDLength bounds a client's Nats-Msg-Id: JetStream keeps every ID of the duplicate window
+// in memory.
+const MaxIDLength = 1024
+
+// jsMaxHeader is the largest encoded header block JetStream stores (its length is kept in 16
+// bits): a larger one is refused by the stream, whoever retries it.
+const jsMaxHeader = 1<<16 - 1
+
+// MaxHeaderBytes bounds the headers ingress forwards (encoded as NATS does, "name: value\r\n"
+// each), leaving room for those the Bus adds (x-ts, content-type, an event ID,
+// x-schema-version) under JetStream's limit of 64 KiB; more is refused with CodeTooLarge.
+const MaxHeaderBytes = jsMaxHeader - 1024
+
 // check judges what a client sent to subject, before anything is published: the reply
 // subject, the topic, the size and the headers. It returns the topic and the publish options
 // the headers ask for, or why the message is refused. The JSON and the schema are checked by
@@ -18,7 +31,7 @@ import (
 func (g *Ingress) check(it *item) *refusal {
 	// The client's ID first: a dead letter of a refused message keeps it whatever else is
 	// wrong, so that a retry of the same message is kept once.
-	if vals := it.header[jetbus.HeaderMsgID]; len(vals) == 1 && vals[0] != "" && controlChar(vals[0]) < 0 {
+	if vals := it.header[jetbus.HeaderMsgID]; len(vals) == 1 && vals[0] != "" && len(vals[0]) <= MaxIDLength && controlChar(vals[0]) < 0 {
 		it.clientID = vals[0]
 	}
 	if it.reply != "" && !g.replyAllowed(it.reply) {
@@ -57,6 +70,7 @@ func (g *Ingress) headers(it *item) *refusal {
 		return nil
 	}
 	var custom map[string]string
+	size := 0 // of the headers forwarded
 	for name, vals := range h {
 		bad := func(format string, args ...any) *refusal {
 			return refuse(CodeReservedHeader, map[string]any{"header": name}, "header "+name+": "+format, args...)
@@ -68,10 +82,13 @@ func (g *Ingress) headers(it *item) *refusal {
 		if i := controlChar(v); i >= 0 {
 			return bad("control character %q at byte %d", v[i], i)
 		}
+		if name != jetbus.HeaderContentType && (hasPrefixFold(name, "x-") || name == jetbus.HeaderMsgID) {
+			size += len(name) + len(v) + 4
+		}
 		switch name {
 		case jetbus.HeaderMsgID:
-			if v == "" {
-				return bad("empty")
+			if v == "" || len(v) > MaxIDLength {
+				return bad("empty or longer than %d bytes", MaxIDLength)
 			}
 			it.opts = append(it.opts, jetbus.WithID(v))
 		case jetbus.HeaderKey:
@@ -115,6 +132,10 @@ func (g *Ingress) headers(it *item) *refusal {
 				custom[name] = v
 			}
 		}
+	}
+	if size > MaxHeaderBytes {
+		return refuse(CodeTooLarge, map[string]any{"header_bytes": size, "max": MaxHeaderBytes},
+			"headers of %d bytes exceed the limit of %d", size, MaxHeaderBytes)
 	}
 	if custom != nil {
 		it.opts = append(it.opts, jetbus.WithHeaders(custom))

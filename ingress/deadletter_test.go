@@ -117,6 +117,25 @@ func TestDeadLetterTooLargeForTheDLQ(t *testing.T) {
 	assert.Contains(t, l.Error, fmt.Sprintf("of %d bytes", len(body)))
 	assert.Less(t, len(l.Body), len(body))
 	assert.Equal(t, body[:len(l.Body)], []byte(l.Body))
+
+	// Headers JetStream would not store are dropped from the letter; the body stays.
+	m := nats.NewMsg("in.orders")
+	m.Data = []byte(`{"n":1}`)
+	m.Header.Set("x-note", strings.Repeat("h", 70_000))
+	m.Header.Set("x-dlq-reason", "forged")
+	require.NoError(t, nc.PublishMsg(m))
+	require.Eventually(t, func() bool { return e.dlqCount() == 2 }, wait, 10*time.Millisecond)
+	var hl *dlq.Letter
+	for _, l := range e.letters(dlq.Filter{}) {
+		if !strings.HasPrefix(l.Error, "too_large: payload") {
+			hl = l
+		}
+	}
+	require.NotNil(t, hl)
+	assert.Contains(t, hl.Error, "the client's headers are dropped")
+	assert.Empty(t, hl.Header.Get("x-note"))
+	assert.Equal(t, dlq.ReasonIngress, hl.Reason, "x-dlq-reason is the DLQ's, never the client's")
+	assert.Equal(t, `{"n":1}`, string(hl.Body))
 }
 
 func keys(m map[string]*dlq.Letter) []string {

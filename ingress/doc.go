@@ -38,7 +38,8 @@
 //     name that is not x-[a-z0-9-]+ (so X-Key is refused rather than silently not being the
 //     key), NATS and JetStream directives (Nats-* other than Nats-Msg-Id: a client must not
 //     steer the stream, e.g. with Nats-Expected-*), control characters, a bad x-ts, an empty
-//     element of x-tags or x-caused-by, a key over 1024 bytes, a header given twice. Headers
+//     element of x-tags or x-caused-by, a key or Nats-Msg-Id over 1024 bytes (JetStream
+//     keeps every ID of the duplicate window in memory), a header given twice. Headers
 //     outside the contract (content-type, traceparent, …) are not forwarded; the stored
 //     event's content-type is always application/json.
 //   - A topic that is valid and allowed but has no stream is bad_topic (the Bus's

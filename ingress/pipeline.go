@@ -150,20 +150,25 @@ func (g *Ingress) deadLetter(it *item) {
 const dlqOverhead = 2048
 
 // fit trims a dead letter that would not fit the server's max payload (a message near the
-// limit, plus the DLQ's headers): it keeps the first bytes of the body, or drops the
-// client's headers when they alone are too large, and says so in the error.
+// limit, plus the DLQ's headers) or JetStream's limit on headers: it drops the client's
+// headers when they alone are too large, keeps the first bytes of a body that does not fit,
+// and says so in the error.
 func (g *Ingress) fit(r dlq.Rejected) dlq.Rejected {
-	max := int(g.conn.MaxPayload()) - dlqOverhead
+	limit := int(g.conn.MaxPayload())
+	if limit <= 0 { // not connected yet: the server's default
+		limit = 1 << 20
+	}
+	room := limit - dlqOverhead
 	hs := headerSize(r.Header)
-	if len(r.Data)+hs <= max {
+	if len(r.Data)+hs <= room && hs+dlqOverhead <= jsMaxHeader {
 		return r
 	}
 	note := ""
-	if hs > max/2 {
+	if hs > room/2 || hs+dlqOverhead > jsMaxHeader {
 		r.Header, hs = nil, 0
 		note = "the client's headers are dropped"
 	}
-	if keep := max - hs; len(r.Data) > keep {
+	if keep := max(0, room-hs); len(r.Data) > keep {
 		if note != "" {
 			note += "; "
 		}

@@ -27,8 +27,9 @@ const (
 	CodeNotAllowed Code = "not_allowed"
 	// CodeNotJSON: the body is not one valid JSON value.
 	CodeNotJSON Code = "not_json"
-	// CodeTooLarge: the body exceeds Config.MaxMessageSize, or the event with its headers
-	// would exceed the server's max payload.
+	// CodeTooLarge: the body exceeds Config.MaxMessageSize, the headers exceed
+	// MaxHeaderBytes (JetStream stores at most 64 KiB of headers), or the event with its
+	// headers would exceed the server's max payload.
 	CodeTooLarge Code = "too_large"
 	// CodeSchema: the payload does not validate against the topic's schema (details list
 	// every violation's JSON pointer), names a schema version that is not live, or the
@@ -37,8 +38,8 @@ const (
 	// CodeReservedHeader: a header the Bus would refuse or ingress does not forward: a
 	// reserved prefix (x-dlq-, x-jetbus-), a custom name that is not x-[a-z0-9-]+, a NATS or
 	// JetStream directive (Nats-* other than Nats-Msg-Id), a value with a control character,
-	// a bad x-ts, an empty element in x-tags or x-caused-by, a key longer than 1024 bytes,
-	// or a header given twice.
+	// a bad x-ts, an empty element in x-tags or x-caused-by, a key or Nats-Msg-Id longer than
+	// 1024 bytes, or a header given twice.
 	CodeReservedHeader Code = "reserved_header"
 	// CodeUnavailable: JetStream did not store the event (unreachable, no leader, no
 	// acknowledgement in time, ingress stopping). Retry later; details.id, when present, is
