@@ -41,15 +41,16 @@ func bridgeSpec(cfg *config.Config) (process.Spec, error) {
 				return nil, err
 			}
 			env.OnClose(func(context.Context) error { return q.Close() })
-			if len(cfg.Ingress.Allow) > 0 {
-				log.Warn("ingress is configured but not built into this bridge yet: it does not run",
-					"ingress_topics", len(cfg.Ingress.Allow))
-			}
 			feeds, err := changefeedComponents(ctx, env, q)
 			if err != nil {
 				return nil, err
 			}
-			return append([]process.Component{process.Sweeper(q, cfg.DLQ.SweepInterval)}, feeds...), nil
+			ing, err := ingressComponents(ctx, env, cfg, q)
+			if err != nil {
+				return nil, err
+			}
+			comps := append([]process.Component{process.Sweeper(q, cfg.DLQ.SweepInterval)}, feeds...)
+			return append(comps, ing...), nil
 		},
 	}, nil
 }

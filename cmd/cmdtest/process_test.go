@@ -166,10 +166,12 @@ func TestProcesses(t *testing.T) {
 	assert.Equal(t, map[string]int{"orders": 4, "customers": 2}, names, "the configured topics, ensured")
 	comps := map[string]ops.ComponentStatus{}
 	for _, c := range st.Components {
+		c.Detail = nil
 		comps[c.Name] = c
 	}
 	assert.Equal(t, ops.ComponentStatus{Name: "dlq-sweeper", State: "running", Ready: true}, comps["dlq-sweeper"])
 	assert.True(t, comps["changefeed/customers-cdc"].Ready, "the example's changefeed runs: %+v", comps)
+	assert.Equal(t, ops.ComponentStatus{Name: "ingress", State: "running", Ready: true}, comps["ingress"], "the example opens orders to ingress")
 	require.Len(t, st.Groups, 1)
 	assert.Equal(t, "orders-view", st.Groups[0].Group, "the declared projection's group")
 	assert.True(t, st.DLQ.Exists)

@@ -98,9 +98,13 @@ type DLQ struct {
 
 // Ingress configures the ingress service.
 type Ingress struct {
-	Allow          []string `yaml:"allow" check:"topic" desc:"Topics plain NATS clients may publish to (as in.<topic>); each must be declared in topics." example:"[orders]"`
-	MaxMessageSize ByteSize `yaml:"max_message_size" default:"1MiB" min:"1" desc:"Largest payload accepted; larger ones are refused with code too_large."`
-	MaxInFlight    int      `yaml:"max_in_flight" default:"1000" min:"1" desc:"Publishes awaiting JetStream's acknowledgement at once; ingress stops reading beyond it (back-pressure)."`
+	Allow          []string      `yaml:"allow" check:"topic" desc:"Topics plain NATS clients may publish to (as in.<topic>); each must be declared in topics." example:"[orders]"`
+	MaxMessageSize ByteSize      `yaml:"max_message_size" default:"1MiB" min:"1" desc:"Largest payload accepted; larger ones are refused with code too_large."`
+	MaxInFlight    int           `yaml:"max_in_flight" default:"1000" min:"1" desc:"Messages held at once (awaiting JetStream's acknowledgement, a retry or a dead letter); ingress stops reading beyond it (back-pressure)."`
+	MaxPending     int           `yaml:"max_pending" default:"65536" min:"1" desc:"Messages NATS buffers for ingress while it is not reading; beyond this or max_pending_bytes NATS drops them (counted in ingress_dropped_total)."`
+	MaxPendingSize ByteSize      `yaml:"max_pending_bytes" default:"64MiB" min:"1" desc:"Bytes NATS buffers for ingress while it is not reading (see max_pending)."`
+	AckTimeout     time.Duration `yaml:"ack_timeout" default:"5s" min:"1" desc:"How long ingress waits for JetStream's acknowledgement before answering a request unavailable (with the event ID to retry with)."`
+	ReplyPrefixes  []string      `yaml:"reply_prefixes" default:"[_INBOX]" check:"reply-prefix" desc:"Subject prefixes ingress replies to; a request with another reply subject is refused (not_allowed) and dead-lettered, so clients cannot make ingress publish elsewhere." example:"[_INBOX, _INBOX_app.]"`
 }
 
 // Changefeed is one MongoDB change stream published into a topic.
