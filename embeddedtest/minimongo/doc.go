@@ -45,6 +45,9 @@
 //     execution with writeErrors carrying their index; n, nModified and upserted as MongoDB
 //     reports them; _id generated as an ObjectId and stored first; '$'-prefixed field names
 //     in _id refused (52). As in 7.0, an update statement's sort is an unknown field (40415).
+//   - A document larger than 16 MiB (maxBsonObjectSize), however it would be written (insert,
+//     update, replacement, pipeline update, upsert, findAndModify), is refused with
+//     BSONObjectTooLarge (10334), a write error of that statement only.
 //   - Write concerns: every command that takes one runs, then reports a w greater than one
 //     as writeConcernError UnsatisfiableWriteConcern (100) and a tag set as
 //     UnknownReplWriteConcern (79), as the primary of a one-member replica set does.
