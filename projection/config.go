@@ -2,7 +2,7 @@ package projection
 
 import (
 	"fmt"
-		"strings"
+	"strings"
 	"time"
 
 	"github.com/jetbus/jetbus"

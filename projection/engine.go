@@ -67,8 +67,8 @@ type engine struct {
 	log    *slog.Logger
 	m      *metrics
 	mws    []jetbus.HandlerMiddleware
-	decode func(*entry)                                        // optional, in the handler
-	open   func(ctx context.Context, ps *partState) error      // optional, when a partition starts
+	decode func(*entry)                                   // optional, in the handler
+	open   func(ctx context.Context, ps *partState) error // optional, when a partition starts
 	apply  func(ctx context.Context, ps *partState, b *batch) error
 
 	mu      sync.Mutex
