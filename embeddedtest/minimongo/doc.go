@@ -31,7 +31,8 @@
 //     hello (topologyVersion + maxAwaitTimeMS) waits as the driver's monitor expects, but
 //     at most 500 ms, so that a check started just after an application error cannot
 //     stall the driver's retry for a whole heartbeat interval.
-//   - ping, buildInfo, endSessions, refreshSessions, listDatabases (filter, nameOnly),
+//   - ping, buildInfo, endSessions, refreshSessions, killSessions (aborts the sessions'
+//     open transactions), listDatabases (filter, nameOnly),
 //     listCollections (filter, nameOnly), create (with changeStreamPreAndPostImages and
 //     validators), drop, dropDatabase, getMore, killCursors, count (query, skip, limit,
 //     hint).
