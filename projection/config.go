@@ -114,6 +114,9 @@ type Config struct {
 	// keeps trying to write the events it holds (default DefaultStopTimeout); what is not
 	// written by then is delivered again to the next owner.
 	StopTimeout time.Duration
+	// MaxAttempts is how many times a transactional projection's handler may fail on an
+	// event before the event is dead-lettered (default jetbus.DefaultMaxAttempts).
+	MaxAttempts int
 	// From is where a new consumer group starts: the earliest event by default, so that the
 	// view holds every key the stream still has.
 	From *jetbus.Position
@@ -192,6 +195,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxInFlight must be at least BatchSize, got %d", ErrInvalidConfig, c.MaxInFlight)
 	case c.AckTimeout < 0 || (c.AckTimeout > 0 && c.AckTimeout < time.Second):
 		return fmt.Errorf("%w: AckTimeout must be at least 1s, got %s", ErrInvalidConfig, c.AckTimeout)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("%w: MaxAttempts must not be negative, got %d", ErrInvalidConfig, c.MaxAttempts)
 	case c.WriteTimeout < 0:
 		return fmt.Errorf("%w: WriteTimeout must not be negative, got %s", ErrInvalidConfig, c.WriteTimeout)
 	case c.StopTimeout < 0:
@@ -265,6 +270,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.From = &e
 	}
 	return c, nil
+}
+
+func (c Config) maxAttempts() int {
+	if c.MaxAttempts == 0 {
+		return jetbus.DefaultMaxAttempts
+	}
+	return c.MaxAttempts
 }
 
 // topics returns Topic and FanIn.

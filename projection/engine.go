@@ -69,6 +69,7 @@ type engine struct {
 	mws    []jetbus.HandlerMiddleware
 	decode func(*entry)                                   // optional, in the handler
 	open   func(ctx context.Context, ps *partState) error // optional, when a partition starts
+	close  func(ps *partState)                            // optional, when it ended
 	apply  func(ctx context.Context, ps *partState, b *batch) error
 
 	mu      sync.Mutex
@@ -272,7 +273,9 @@ type partState struct {
 	cancel   context.CancelFunc
 	done     chan struct{} // the flusher returned
 
-	cp *checkpoint // transactional: the partition's checkpoint as last read or written
+	cp        *checkpoint    // transactional: the partition's checkpoint as last read or written
+	sess      *mongo.Session // transactional: the session of this ownership's transactions
+	closeOnce sync.Once
 }
 
 func (e *engine) newPart(topic string, p int) *partState {
@@ -385,6 +388,11 @@ func (ps *partState) abandon() {
 	ps.mu.Unlock()
 	ps.cancel()
 	<-ps.done
+	ps.closeOnce.Do(func() {
+		if ps.e.close != nil {
+			ps.e.close(ps)
+		}
+	})
 	ps.e.mu.Lock()
 	if ps.e.parts[partKey{ps.topic, ps.p}] == ps {
 		delete(ps.e.parts, partKey{ps.topic, ps.p})

@@ -26,6 +26,10 @@ type env struct {
 	q     *dlq.Queue
 	db    *mongo.Database
 	topic string
+
+	mu      sync.Mutex
+	futures []*jetstream.PublishFuture
+	pubErr  error
 }
 
 func newEnv(t *testing.T, topic string, partitions int) *env {
@@ -127,4 +131,44 @@ func (e *env) letters() []*dlq.Letter {
 	ls, err := e.q.List(context.Background(), dlq.Filter{Topic: e.topic}, 0)
 	require.NoError(e.t, err)
 	return ls
+}
+
+// publishAsync publishes without waiting; flushAsync waits for all and fails the test on an
+// error. Safe from any goroutine.
+func (e *env) publishAsync(key, payload string) {
+	f, err := e.bus.PublishAsync(context.Background(), e.topic, json.RawMessage(payload), jetbus.WithKey(key))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.pubErr = err
+		return
+	}
+	e.futures = append(e.futures, f)
+	if len(e.futures) >= 1000 {
+		fs := e.futures
+		e.futures = nil
+		for _, f := range fs {
+			if _, err := f.Wait(context.Background()); err != nil {
+				e.pubErr = err
+			}
+		}
+	}
+}
+
+func (e *env) flushAsync() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, f := range e.futures {
+		if _, err := f.Wait(context.Background()); err != nil {
+			e.pubErr = err
+		}
+	}
+	e.futures = nil
+}
+
+func (e *env) requirePublished() {
+	e.t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	require.NoError(e.t, e.pubErr)
 }

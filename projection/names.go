@@ -14,6 +14,10 @@ const (
 	// ProjectionsCollection holds one document per rebuilt projection: its live generation,
 	// collection and group (see Live).
 	ProjectionsCollection = "jetbus_projections"
+	// OwnersCollection records, per partition of a transactional projection, the MongoDB
+	// session of its current owner: {_id: "<group>/<topic>/p<n>", lsid, ts}. The next owner
+	// kills that session (aborting a transaction a crashed owner left open) before it starts.
+	OwnersCollection = "jetbus_owners"
 	// HistorySuffix is appended to a view's collection name for its history.
 	HistorySuffix = "_history"
 	// VersionHeader carries a tombstone's version in a projection versioned by a payload
