@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -71,6 +72,8 @@ type engine struct {
 	open   func(ctx context.Context, ps *partState) error // optional, when a partition starts
 	close  func(ps *partState)                            // optional, when it ended
 	apply  func(ctx context.Context, ps *partState, b *batch) error
+
+	settled atomic.Uint64 // events written (or skipped) and acknowledged
 
 	mu      sync.Mutex
 	parts   map[partKey]*partState
@@ -205,6 +208,17 @@ func (e *engine) owned() map[string][]int {
 	out := map[string][]int{}
 	for i, s := range e.subs {
 		out[e.cfg.topics()[i]] = s.Owned()
+	}
+	return out
+}
+
+// memberIDs returns this replica's member IDs in the group (one per topic).
+func (e *engine) memberIDs() map[string]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]bool{}
+	for _, s := range e.subs {
+		out[s.MemberID()] = true
 	}
 	return out
 }
@@ -519,6 +533,7 @@ func (ps *partState) flush(entries []*entry) bool {
 	for label, n := range counts {
 		e.m.event(e.name, label, n)
 	}
+	e.settled.Add(uint64(len(entries)))
 	e.m.batchSize(e.name, len(entries))
 	return true
 }
