@@ -56,6 +56,18 @@ func precondition(h http.Header, cur validators) (int, *apiError) {
 	return 0, nil
 }
 
+// checkValidators refuses a malformed If-Match or If-None-Match before anything is read.
+func checkValidators(h http.Header) *apiError {
+	for _, name := range []string{"If-Match", "If-None-Match"} {
+		if lines := h.Values(name); len(lines) > 0 {
+			if _, err := matchList(lines, "", false); err != nil {
+				return newError(400, CodeBadHeader, "%s: %s", name, err).with("header", name)
+			}
+		}
+	}
+	return nil
+}
+
 // matchList reports whether the field lines (a list of entity tags, or "*") match etag: with
 // strong comparison both must be strong and equal; with weak comparison the opaque tags must
 // be equal.

@@ -30,6 +30,9 @@ func (s *Server) getKey(c echo.Context) error {
 	if e != nil {
 		return e
 	}
+	if e := checkValidators(r.Header); e != nil {
+		return e
+	}
 	ctx := r.Context()
 	live, err := v.resolve(ctx, s.now)
 	if err != nil {
@@ -153,6 +156,9 @@ func (s *Server) getList(c echo.Context) error {
 	}
 	lp, e := parseListParams(params, v, s.cfg.MaxWait)
 	if e != nil {
+		return e
+	}
+	if e := checkValidators(r.Header); e != nil {
 		return e
 	}
 	binding := lp.binding(v.Name)

@@ -97,15 +97,23 @@ func appendDoc(b []byte, doc []byte, o renderOpts) []byte {
 				}
 			}
 		}
+		val := el.Value()
+		if sub != nil && !container(val.Type) {
+			continue // a dotted path into a value that is not a document
+		}
 		if !first {
 			b = append(b, ',')
 		}
 		first = false
 		b = appendStringBytes(b, key)
 		b = append(b, ':')
-		b = appendValue(b, el.Value(), sub)
+		b = appendValue(b, val, sub)
 	}
 	return append(b, '}')
+}
+
+func container(t bsoncore.Type) bool {
+	return t == bsoncore.TypeEmbeddedDocument || t == bsoncore.TypeArray
 }
 
 // docElements returns the elements of a BSON document.
@@ -136,10 +144,7 @@ func appendValue(b []byte, v bsoncore.Value, sub *fieldSet) []byte {
 		return appendString(b, s)
 	case bsoncore.TypeEmbeddedDocument:
 		d, _ := v.DocumentOK()
-		if sub != nil {
-			return appendSubDoc(b, d, sub)
-		}
-		return appendSubDoc(b, d, nil)
+		return appendSubDoc(b, d, sub)
 	case bsoncore.TypeArray:
 		a, _ := v.ArrayOK()
 		b = append(b, '[')
@@ -151,11 +156,15 @@ func appendValue(b []byte, v bsoncore.Value, sub *fieldSet) []byte {
 			if !ok {
 				break
 			}
+			val := el.Value()
+			if sub != nil && !container(val.Type) {
+				continue // a dotted path reaches into an array's documents only
+			}
 			if !first {
 				b = append(b, ',')
 			}
 			first = false
-			b = appendValue(b, el.Value(), sub) // a dotted path reaches into an array's documents
+			b = appendValue(b, val, sub)
 		}
 		return append(b, ']')
 	case bsoncore.TypeBinary:
@@ -217,13 +226,17 @@ func appendSubDoc(b []byte, d []byte, sub *fieldSet) []byte {
 				continue
 			}
 		}
+		val := el.Value()
+		if next != nil && !container(val.Type) {
+			continue
+		}
 		if !first {
 			b = append(b, ',')
 		}
 		first = false
 		b = appendStringBytes(b, key)
 		b = append(b, ':')
-		b = appendValue(b, el.Value(), next)
+		b = appendValue(b, val, next)
 	}
 	return append(b, '}')
 }
