@@ -117,10 +117,7 @@ func matchList(lines []string, etag string, strong bool) (bool, error) {
 	if star {
 		return true, nil // the representation exists
 	}
-	if tags == 0 {
-		return false, errString("no entity tag")
-	}
-	return match, nil
+	return match, nil // an empty list (RFC 9110 5.6.1 allows one) matches nothing
 }
 
 // cutOpaqueTag reads a quoted opaque tag (RFC 9110 8.8.3: etagc = %x21 / %x23-7E / obs-text)

@@ -58,6 +58,7 @@ func TestConditionalRequests(t *testing.T) {
 				{"If-None-Match: over two field lines", "GET", []string{"If-None-Match", `"other"`, "If-None-Match", etag}, 304, ""},
 				{"If-None-Match: another tag", "GET", []string{"If-None-Match", `"6-00000000"`}, 200, ""},
 				{"If-None-Match: *", "GET", []string{"If-None-Match", "*"}, 304, ""},
+				{"If-None-Match: an empty list", "GET", []string{"If-None-Match", " , "}, 200, ""},
 				{"If-None-Match wins over If-Modified-Since (match)", "GET", []string{"If-None-Match", etag, "If-Modified-Since", earlier}, 304, ""},
 				{"If-Modified-Since is ignored with If-None-Match", "GET", []string{"If-None-Match", `"x"`, "If-Modified-Since", later}, 200, ""},
 				{"If-Modified-Since: the Last-Modified", "GET", []string{"If-Modified-Since", lastMod}, 304, ""},
@@ -113,7 +114,7 @@ func TestConditionalRequests(t *testing.T) {
 			}
 
 			t.Run("malformed validators are a 400", func(t *testing.T) {
-				for _, h := range []string{`abc`, `"a" *`, `"a`, `W/`, `"a" "b"`, ","} {
+				for _, h := range []string{`abc`, `"a" *`, `"a`, `W/`, `"a" "b"`, `*, *x`} {
 					r := a.get("/v1/views/orders/o1", "If-None-Match", h)
 					require.Equal(t, 400, r.StatusCode, "If-None-Match %q: %s", h, r.body)
 					assert.Equal(t, "bad_header", r.errorCode(t))

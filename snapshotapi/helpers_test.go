@@ -31,6 +31,9 @@ import (
 // plainTransport sends only the headers a test sets (no implicit Accept-Encoding).
 var plainTransport = &http.Transport{DisableCompression: true}
 
+// apiAppName names the API's MongoDB client, so faults can target it alone.
+const apiAppName = "snapshotapi-under-test"
+
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
 // ordersView is the view most tests serve: orders, projected by orders-view from topic
@@ -80,7 +83,7 @@ func newAPI(t *testing.T, run bool, opts ...apiOpt) *api {
 			a.mu.Unlock()
 		}
 	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(embeddedtest.MongoURI(t)).SetMonitor(mon))
+	client, err := mongo.Connect(options.Client().ApplyURI(embeddedtest.MongoURI(t)).SetMonitor(mon).SetAppName(apiAppName))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	cfg := snapshotapi.Config{Views: []snapshotapi.View{ordersView(db.Name()), slimView(db.Name())}, CursorKey: testKey}
