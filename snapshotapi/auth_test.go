@@ -41,11 +41,11 @@ func TestAuth(t *testing.T) {
 	otherRSA, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
 	tokens := []snapshotapi.Token{{Name: "dashboard", Token: "tok-dash", Views: []string{"orders"}}, {Name: "ops", Token: "tok-all", Views: []string{"*"}}}
-	hs := newAPI(t, false, func(c *snapshotapi.Config) {
+	hs := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
 		c.Tokens = tokens
 		c.JWT = snapshotapi.JWT{HS256Secret: jwtSecret, Issuer: "https://auth.example.com/", Audience: "jetbus"}
-	})
-	rs := newAPI(t, false, func(c *snapshotapi.Config) { c.JWT = snapshotapi.JWT{RS256PublicKey: &rsaKey.PublicKey} })
+	}))
+	rs := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.JWT = snapshotapi.JWT{RS256PublicKey: &rsaKey.PublicKey} }))
 	for _, a := range []*api{hs, rs} {
 		a.put("orders", doc("o1", 1, t0, bson.D{{Key: "status", Value: "paid"}}))
 	}
@@ -130,10 +130,10 @@ func TestAuth(t *testing.T) {
 
 // TestCORS: allowed origins get the CORS headers (a preflight needs no token), others none.
 func TestCORS(t *testing.T) {
-	a := newAPI(t, false, func(c *snapshotapi.Config) {
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
 		c.CORSOrigins = []string{"https://app.example.com"}
 		c.Tokens = []snapshotapi.Token{{Token: "tok", Views: []string{"*"}}}
-	})
+	}))
 	a.put("orders", doc("o1", 1, t0, nil))
 	a.noSpec = true // a preflight is the CORS protocol's, not an operation of the document
 	pre := a.do(http.MethodOptions, "/v1/views/orders/o1", "Origin", "https://app.example.com",

@@ -27,7 +27,7 @@ func TestHostileQueries(t *testing.T) {
 	page = a.get("/v1/views/orders?status=eq.paid&limit=1&order=created.asc")
 	cursor := page.json(t)["next"].(string)
 	require.NotEmpty(t, cursor)
-	other := newAPI(t, false, func(c *snapshotapi.Config) { c.CursorKey = []byte(strings.Repeat("k", 32)) })
+	other := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.CursorKey = []byte(strings.Repeat("k", 32)) }))
 	other.put("orders", doc("a", 1, t0, nil), doc("b", 1, t0, nil))
 	foreign := other.get("/v1/views/orders?limit=1").json(t)["next"].(string)
 	flipped := []byte(cursor)
