@@ -20,6 +20,9 @@ var (
 	// ErrReservedHeader is returned by Publish for a custom header jetbus reserves for itself
 	// (ReservedHeaderPrefixes: "x-dlq-", "x-jetbus-"). It wraps ErrInvalidHeader.
 	ErrReservedHeader = fmt.Errorf("%w: reserved for jetbus", ErrInvalidHeader)
+	// ErrNotKeyed is returned by the KeyReader calls that need a keyed topic (Latest, At,
+	// Versions) for a plain one.
+	ErrNotKeyed = errors.New("jetbus: topic is not keyed")
 	// ErrInvalidKey is returned by Publish for a key longer than MaxKeyLength bytes or with a
 	// control character.
 	ErrInvalidKey = errors.New("jetbus: invalid key")

@@ -1,6 +1,7 @@
 package jetbus
 
 import (
+	"encoding/base64"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -162,6 +163,76 @@ func ParsePartitionSubject(subject string) (topic string, partition int, ok bool
 	return subject[:i], n, true
 }
 
+// ParseSubject splits an event's subject: "<topic>.p<n>" (a plain topic: token is "") or
+// "<topic>.p<n>.<token>" (a keyed topic). ok is false for any other subject. It is not
+// ambiguous: a topic name never ends in a partition token.
+func ParseSubject(subject string) (topic string, partition int, token string, ok bool) {
+	if t, p, ok := ParsePartitionSubject(subject); ok && ValidateTopic(t) == nil {
+		return t, p, "", true
+	}
+	i := strings.LastIndexByte(subject, '.')
+	if i <= 0 {
+		return "", 0, "", false
+	}
+	t, p, ok := ParsePartitionSubject(subject[:i])
+	if !ok || ValidateTopic(t) != nil || subject[i+1:] == "" {
+		return "", 0, "", false
+	}
+	return t, p, subject[i+1:], true
+}
+
+// KeyedSubject returns the subject of key's events in partition p of a keyed topic:
+// "<topic>.p<n>.<KeyToken(key)>".
+func KeyedSubject(topic string, partition int, key string) string {
+	return PartitionSubject(topic, partition) + "." + KeyToken(key)
+}
+
+// MaxPlainKeyToken bounds the keys that are their own subject token.
+const MaxPlainKeyToken = 128
+
+// KeyToken returns the subject token of a key on a keyed topic: the key itself when it is 1
+// to MaxPlainKeyToken bytes of [A-Za-z0-9_=:-], otherwise "~" followed by the unpadded
+// base64url of the key's UTF-8 bytes (so the empty key is "~"). The rule is injective (a
+// token starting with "~" is never a key kept as is) and every token is one valid NATS
+// subject token. Vectors: testdata/key_tokens.json.
+func KeyToken(key string) string {
+	if plainKeyToken(key) {
+		return key
+	}
+	return "~" + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// ParseKeyToken returns the key a token stands for (the inverse of KeyToken). ok is false for
+// a string KeyToken never returns.
+func ParseKeyToken(token string) (key string, ok bool) {
+	if plainKeyToken(token) {
+		return token, true
+	}
+	enc, found := strings.CutPrefix(token, "~")
+	if !found {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || plainKeyToken(string(b)) || base64.RawURLEncoding.EncodeToString(b) != enc {
+		return "", false
+	}
+	return string(b), true
+}
+
+func plainKeyToken(s string) bool {
+	if len(s) == 0 || len(s) > MaxPlainKeyToken {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '=', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // isPartitionToken reports whether tok is "p" followed by one or more digits.
 func isPartitionToken(tok string) bool {
 	if len(tok) < 2 || tok[0] != 'p' {
@@ -193,7 +264,7 @@ const (
 
 // KeyHash returns the FNV-1a 64-bit hash of key's UTF-8 bytes.
 //
-// Vectors (see hash_test.go for more):
+// Vectors (see testdata/partition_vectors.json for more):
 //
 //	KeyHash("")    = 0xcbf29ce484222325
 //	KeyHash("a")   = 0xaf63dc4c8601ec8c

@@ -20,6 +20,10 @@ const (
 	MetaPartitions = "jetbus.partitions"
 	MetaTopic      = "jetbus.topic"
 	MetaVersion    = "jetbus.version"
+	// MetaKeyed is "true" on a keyed topic's stream: subjects "<topic>.p<n>.<key token>".
+	MetaKeyed = "jetbus.keyed"
+	// MetaKeepPerKey is how many events per key a keyed topic keeps (0: all within MaxAge).
+	MetaKeepPerKey = "jetbus.keep_per_key"
 )
 
 // mappedHeaders are the headers that become Event fields instead of Event.Headers.

@@ -110,9 +110,13 @@ func (q *Queue) sweep(ctx context.Context, data []byte) error {
 	} else if err != nil {
 		return err
 	}
-	topic, _, ok := jetbus.ParsePartitionSubject(raw.Subject)
+	topic, _, tok, ok := jetbus.ParseSubject(raw.Subject)
 	if !ok {
 		topic = raw.Subject
+	}
+	key := raw.Header.Get(jetbus.HeaderKey)
+	if key == "" && tok != "" {
+		key, _ = jetbus.ParseKeyToken(tok)
 	}
 	id := raw.Header.Get(jetbus.HeaderMsgID)
 	if id == "" {
@@ -125,7 +129,7 @@ func (q *Queue) sweep(ctx context.Context, data []byte) error {
 		stream:   adv.Stream,
 		seq:      adv.StreamSeq,
 		id:       id,
-		key:      raw.Header.Get(jetbus.HeaderKey),
+		key:      key,
 		header:   nats.Header(raw.Header),
 		data:     raw.Data,
 		attempts: adv.Deliveries,

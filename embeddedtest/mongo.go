@@ -60,19 +60,21 @@ var unsafeDBChars = regexp.MustCompile(`[^A-Za-z0-9_]+`)
 
 // Mongo returns an empty database unique to t on the deployment of MongoURI, with a client
 // that is disconnected when t ends. Against a real MongoDB the database is dropped at the
-// end of the test.
+// end of the test. The client's application name is the database's name, so a fault
+// injected with MongoFault.AppName = db.Name() touches only this test's client, even on a
+// deployment other tests share.
 func Mongo(t testing.TB) *mongo.Database {
 	t.Helper()
 	uri := MongoURI(t)
-	client, err := mongo.Connect(options.Client().ApplyURI(uri))
-	if err != nil {
-		t.Fatalf("connect to MongoDB: %v", err)
-	}
 	name := unsafeDBChars.ReplaceAllString(t.Name(), "_")
 	if len(name) > 40 {
 		name = name[len(name)-40:]
 	}
 	name = strings.Trim(fmt.Sprintf("t%d_%s", mongoSeq.Add(1), name), "_")
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName(name))
+	if err != nil {
+		t.Fatalf("connect to MongoDB: %v", err)
+	}
 	db := client.Database(name)
 	real := os.Getenv(MongoURIEnv) != ""
 	t.Cleanup(func() {

@@ -57,31 +57,36 @@ func headerSize(h nats.Header) int {
 	return n
 }
 
-// decode fills e with the event a delivered message carries (the consume path allocates the
-// Event together with its Delivery). topic and partition are the consumer's: the subject
-// need not be parsed. A message published by a foreign client without jetbus headers still
-// decodes: its ID is "<stream>:<seq>" and its TS the time the stream stored it. The returned
+// decodeDelivery is decode for a delivered message (the consume path allocates the Event
+// together with its Delivery). topic and partition are the consumer's: the subject need not
+// be parsed.
+func decodeDelivery(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata, topic string, partition int) (jetbus.RawMessage, error) {
+	raw := jetbus.RawMessage{
+		Subject: m.Subject(),
+		Stream:  meta.Stream,
+		Seq:     meta.Sequence.Stream,
+		Header:  m.Headers(),
+		Data:    m.Data(),
+		Time:    meta.Timestamp,
+	}
+	return raw, decode(e, &raw, topic, partition)
+}
+
+// decode fills e with the event a stored message carries. A message published by a foreign
+// client without jetbus headers still decodes: its ID is "<stream>:<seq>", its TS the time
+// the stream stored it, and on a keyed topic its key the subject's key token. The returned
 // error wraps jetbus.ErrDecode when the body is not valid JSON; the event is complete
 // nonetheless.
 //
 // This runs for every delivery: headers are looked up by name (the mapped ones), and the
 // header map is walked only when it holds more than those, for custom "x-" headers.
-func decode(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata, topic string, partition int) (jetbus.RawMessage, error) {
-	h := m.Headers()
-	data := m.Data()
-	raw := jetbus.RawMessage{
-		Subject: m.Subject(),
-		Stream:  meta.Stream,
-		Seq:     meta.Sequence.Stream,
-		Header:  h,
-		Data:    data,
-		Time:    meta.Timestamp,
-	}
+func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int) error {
+	h, data := nats.Header(raw.Header), raw.Data
 	*e = jetbus.Event{
 		Topic:     topic,
 		Partition: partition,
 		Payload:   json.RawMessage(data),
-		Seq:       meta.Sequence.Stream,
+		Seq:       raw.Seq,
 	}
 	known := 0
 	if v := h[jetbus.HeaderMsgID]; len(v) > 0 {
@@ -127,20 +132,24 @@ func decode(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata, topic strin
 			e.Headers[k] = vs[0]
 		}
 	}
+	if e.Key == "" {
+		// A foreign client that published to a keyed topic's subject without x-key: the
+		// subject's token is the key.
+		if _, _, tok, ok := jetbus.ParseSubject(raw.Subject); ok && tok != "" {
+			e.Key, _ = jetbus.ParseKeyToken(tok)
+		}
+	}
 	if e.ID == "" {
-		e.ID = meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
+		e.ID = raw.Stream + ":" + strconv.FormatUint(raw.Seq, 10)
 	}
 	if e.TS.IsZero() {
-		e.TS = meta.Timestamp
+		e.TS = raw.Time
 	}
 	if !validJSON(data) {
-		return raw, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, meta.Stream, meta.Sequence.Stream)
+		return fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, raw.Stream, raw.Seq)
 	}
-	return raw, nil
+	return nil
 }
-
-// pinHeader is the header the server adds to every delivery of a pinned consumer.
-const pinHeader = "Nats-Pin-Id"
 
 func splitList(v string) []string {
 	if v == "" {
@@ -171,3 +180,6 @@ func foreignSeq(stream, id string) (uint64, bool) {
 // validator, about three times faster than encoding/json's; FuzzValidJSON checks that the two
 // agree.
 func validJSON(b []byte) bool { return gjson.ValidBytes(b) }
+
+// pinHeader is the header the server adds to every delivery of a pinned consumer.
+const pinHeader = "Nats-Pin-Id"

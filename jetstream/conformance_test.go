@@ -24,6 +24,19 @@ func TestConformanceSingleNode(t *testing.T) {
 	})
 }
 
+// TestConformanceKeyed runs the suite on keyed topics (every event stored under its key's
+// subject, all versions kept): everything that works on plain topics works on keyed ones.
+func TestConformanceKeyed(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	admin := embeddedtest.Bus(t, s.ClientURL())
+	bustest.Run(t, bustest.Harness{
+		NewBus: func(t *testing.T) jetbus.Bus { return embeddedtest.Bus(t, s.ClientURL()) },
+		CreateTopic: func(t *testing.T, topic string, partitions int) {
+			require.NoError(t, admin.EnsureTopic(context.Background(), jbjs.TopicConfig{Name: topic, Partitions: partitions, Keyed: true}))
+		},
+	})
+}
+
 func TestConformanceCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster conformance runs without -short")

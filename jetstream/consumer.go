@@ -14,7 +14,9 @@ import (
 	"github.com/jetbus/jetbus/internal/streamscan"
 )
 
-func (b *Bus) consumerConfig(topic, group string, p int, o *jetbus.SubscribeOptions) natsjs.ConsumerConfig {
+// consumerConfig is the durable consumer of (topic, group, partition p); filter is the
+// partition's subject filter (topicEntry.filter).
+func (b *Bus) consumerConfig(topic, filter, group string, p int, o *jetbus.SubscribeOptions) natsjs.ConsumerConfig {
 	return natsjs.ConsumerConfig{
 		Durable:        jetbus.ConsumerName(group, p),
 		Description:    fmt.Sprintf("jetbus group %s, topic %s, partition %d", group, topic, p),
@@ -23,7 +25,7 @@ func (b *Bus) consumerConfig(topic, group string, p int, o *jetbus.SubscribeOpti
 		AckWait:        o.AckTimeout,
 		MaxDeliver:     o.MaxAttempts,
 		MaxAckPending:  o.MaxInFlight,
-		FilterSubject:  jetbus.PartitionSubject(topic, p),
+		FilterSubject:  filter,
 		PriorityPolicy: natsjs.PriorityPolicyPinned,
 		PriorityGroups: []string{jetbus.PriorityGroup},
 		PinnedTTL:      b.opts.pinnedTTL,
@@ -40,7 +42,11 @@ func (b *Bus) consumerConfig(topic, group string, p int, o *jetbus.SubscribeOpti
 // (its position is kept).
 func (b *Bus) ensureConsumer(ctx context.Context, topic, group string, p int, o *jetbus.SubscribeOptions, start func() (uint64, error)) (natsjs.Consumer, error) {
 	stream := jetbus.StreamName(topic)
-	want := b.consumerConfig(topic, group, p, o)
+	t, err := b.topics.get(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	want := b.consumerConfig(topic, t.filter(p), group, p, o)
 	c, err := b.js.Consumer(ctx, stream, want.Durable)
 	switch {
 	case errors.Is(err, natsjs.ErrConsumerNotFound):

@@ -64,11 +64,15 @@ func (b *Bus) SetCursor(ctx context.Context, topic, group string, to jetbus.Posi
 		return err
 	}
 	stream := jetbus.StreamName(topic)
+	t, err := b.topics.get(ctx, topic)
+	if err != nil {
+		return err
+	}
 	for p := range n {
 		name := jetbus.ConsumerName(group, p)
 		err := b.resetConsumer(ctx, stream, name, seq)
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
-			err = b.createConsumerAt(ctx, stream, b.consumerConfig(topic, group, p, &o), seq)
+			err = b.createConsumerAt(ctx, stream, b.consumerConfig(topic, t.filter(p), group, p, &o), seq)
 			if errors.Is(err, natsjs.ErrConsumerExists) {
 				err = b.resetConsumer(ctx, stream, name, seq)
 			}

@@ -13,6 +13,12 @@
 //
 //   - Stream subjects are listed one per partition rather than as a wildcard, so a publish to
 //     a partition that does not exist fails instead of being stored where no consumer reads.
+//   - A keyed topic (TopicConfig.Keyed) stores each event under "<topic>.p<n>.<key token>"
+//     (jetbus.KeyToken) with MaxMsgsPerSubject = KeepPerKey, so JetStream compacts per key and
+//     the jetbus.KeyReader reads (Latest, At, Versions, Fold) are answered by Direct Get
+//     (orbit.go's jetstreamext batches them) or a scan of one subject. Consumers filter
+//     "<topic>.p<n>.>"; everything else is as on a plain topic. At counts a message stored at
+//     exactly t (the server's up_to_time does not: the Bus asks for t plus a nanosecond).
 //   - Partitions can grow (EnsureTopic with a larger count) but not shrink. Growing moves
 //     keys to other partitions (jump hash moves about 1/(N+1) of them per step): per-key order
 //     holds only from then on.

@@ -95,10 +95,13 @@ func (b *Bus) prepare(ctx context.Context, e *jetbus.Event) (*nats.Msg, error) {
 	}
 	key := e.Key
 	if key == "" {
+		if t.keyed {
+			return nil, fmt.Errorf("%w: topic %s is keyed: every event needs a key", jetbus.ErrInvalidKey, e.Topic)
+		}
 		key = e.ID
 	}
 	e.Partition = jetbus.PartitionOf(key, t.partitions)
-	msg := encode(e, t.subjects[e.Partition])
+	msg := encode(e, t.subject(e.Partition, e.Key))
 	if max := b.nc.MaxPayload(); int64(len(msg.Data)+headerSize(msg.Header)) > max {
 		return nil, fmt.Errorf("%w: %d bytes of body and %d of headers, server max is %d",
 			jetbus.ErrMessageTooLarge, len(msg.Data), headerSize(msg.Header), max)

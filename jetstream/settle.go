@@ -20,7 +20,7 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 		e jetbus.Event
 	})
 	e := &both.e
-	raw, decodeErr := decode(e, msg, meta, pc.topic, pc.partition)
+	raw, decodeErr := decodeDelivery(e, msg, meta, pc.topic, pc.partition)
 	if decodeErr == nil && s.opts.Filter != nil && !s.opts.Filter(e) {
 		_ = msg.Ack()
 		return

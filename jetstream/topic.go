@@ -31,6 +31,16 @@ type TopicConfig struct {
 	// DuplicateWindow is how long a published event ID is remembered to drop duplicates
 	// (default 2 minutes).
 	DuplicateWindow time.Duration
+	// Keyed makes a keyed topic (the seeds' compaction topic): each event is stored on the
+	// subject "<topic>.p<n>.<key token>", so JetStream keeps the last KeepPerKey events of
+	// each key and answers "latest of these keys" and "last of this key at time T" directly
+	// (see KeyReader). Every event needs a key. A topic cannot change from plain to keyed or
+	// back.
+	Keyed bool
+	// KeepPerKey is how many events of each key a keyed topic keeps (0: all, within MaxAge
+	// and MaxBytes). With 1, a group that starts from the earliest event reads one event per
+	// key: the topic is its own snapshot.
+	KeepPerKey int
 }
 
 // MaxPartitions bounds a topic's partition count.
@@ -53,6 +63,10 @@ func (c TopicConfig) Validate() error {
 		return fmt.Errorf("%w: MaxBytes must not be negative, got %d", ErrInvalidConfig, c.MaxBytes)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("%w: DuplicateWindow must not be negative, got %s", ErrInvalidConfig, c.DuplicateWindow)
+	case c.KeepPerKey < 0:
+		return fmt.Errorf("%w: KeepPerKey must not be negative, got %d", ErrInvalidConfig, c.KeepPerKey)
+	case c.KeepPerKey > 0 && !c.Keyed:
+		return fmt.Errorf("%w: KeepPerKey needs Keyed", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -78,34 +92,44 @@ func (c TopicConfig) streamConfig() natsjs.StreamConfig {
 	subjects := make([]string, c.Partitions)
 	for i := range subjects {
 		subjects[i] = jetbus.PartitionSubject(c.Name, i)
+		if c.Keyed {
+			subjects[i] += ".>"
+		}
+	}
+	perKey := int64(-1)
+	if c.KeepPerKey > 0 {
+		perKey = int64(c.KeepPerKey)
 	}
 	maxBytes := c.MaxBytes
 	if maxBytes == 0 {
 		maxBytes = -1
 	}
 	return natsjs.StreamConfig{
-		Name:        jetbus.StreamName(c.Name),
-		Description: "jetbus topic " + c.Name,
-		Subjects:    subjects,
-		Retention:   natsjs.LimitsPolicy,
-		Discard:     natsjs.DiscardOld,
-		MaxAge:      c.MaxAge,
-		MaxBytes:    maxBytes,
-		MaxMsgs:     -1,
-		Storage:     c.Storage,
-		Replicas:    c.Replicas,
-		Duplicates:  c.DuplicateWindow,
-		AllowDirect: true,
+		Name:              jetbus.StreamName(c.Name),
+		Description:       "jetbus topic " + c.Name,
+		Subjects:          subjects,
+		Retention:         natsjs.LimitsPolicy,
+		Discard:           natsjs.DiscardOld,
+		MaxAge:            c.MaxAge,
+		MaxBytes:          maxBytes,
+		MaxMsgs:           -1,
+		MaxMsgsPerSubject: perKey,
+		Storage:           c.Storage,
+		Replicas:          c.Replicas,
+		Duplicates:        c.DuplicateWindow,
+		AllowDirect:       true,
 		Metadata: map[string]string{
 			jetbus.MetaTopic:      c.Name,
 			jetbus.MetaPartitions: strconv.Itoa(c.Partitions),
 			jetbus.MetaVersion:    "1",
+			jetbus.MetaKeyed:      strconv.FormatBool(c.Keyed),
+			jetbus.MetaKeepPerKey: strconv.Itoa(c.KeepPerKey),
 		},
 	}
 }
 
 // EnsureTopic creates the topic's stream, or updates it to cfg. It refuses to shrink the
-// partition count (ErrInvalidConfig).
+// partition count and to turn a plain topic keyed or back (ErrInvalidConfig).
 func (b *Bus) EnsureTopic(ctx context.Context, cfg TopicConfig) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -123,19 +147,23 @@ func (b *Bus) EnsureTopic(ctx context.Context, cfg TopicConfig) error {
 	case err != nil:
 		return fmt.Errorf("jetbus: topic %s: %w", cfg.Name, retry.Opaque(err))
 	default:
-		old, err := partitionsOf(s.CachedInfo().Config)
+		old, err := layoutOf(s.CachedInfo().Config)
 		if err != nil {
 			return err
 		}
-		if cfg.Partitions < old {
+		if cfg.Partitions < old.partitions {
 			return fmt.Errorf("%w: topic %s has %d partitions; Partitions cannot shrink to %d",
-				ErrInvalidConfig, cfg.Name, old, cfg.Partitions)
+				ErrInvalidConfig, cfg.Name, old.partitions, cfg.Partitions)
+		}
+		if cfg.Keyed != old.keyed {
+			return fmt.Errorf("%w: topic %s is %s; Keyed cannot change (its events' subjects would)",
+				ErrInvalidConfig, cfg.Name, map[bool]string{true: "keyed", false: "plain"}[old.keyed])
 		}
 		if _, err := b.js.UpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("jetbus: update topic %s: %w", cfg.Name, retry.Opaque(err))
 		}
 	}
-	b.topics.put(cfg.Name, cfg.Partitions)
+	b.topics.put(cfg.Name, layout{partitions: cfg.Partitions, keyed: cfg.Keyed})
 	return nil
 }
 
@@ -162,19 +190,27 @@ func (b *Bus) Partitions(ctx context.Context, topic string) (int, error) {
 	return b.topics.partitions(ctx, topic)
 }
 
-func partitionsOf(sc natsjs.StreamConfig) (int, error) {
+// layout is what the Bus needs to know of a topic's stream to publish and consume: its
+// partition count and whether it is keyed.
+type layout struct {
+	partitions int
+	keyed      bool
+}
+
+// layoutOf reads a topic's layout from its stream's metadata.
+func layoutOf(sc natsjs.StreamConfig) (layout, error) {
 	v, ok := sc.Metadata[jetbus.MetaPartitions]
 	if !ok {
-		return 0, fmt.Errorf("%w: stream %s has no %s metadata: not a jetbus topic", jetbus.ErrTopicNotFound, sc.Name, jetbus.MetaPartitions)
+		return layout{}, fmt.Errorf("%w: stream %s has no %s metadata: not a jetbus topic", jetbus.ErrTopicNotFound, sc.Name, jetbus.MetaPartitions)
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		return 0, fmt.Errorf("jetbus: stream %s: bad %s metadata %q", sc.Name, jetbus.MetaPartitions, v)
+		return layout{}, fmt.Errorf("jetbus: stream %s: bad %s metadata %q", sc.Name, jetbus.MetaPartitions, v)
 	}
-	return n, nil
+	return layout{partitions: n, keyed: sc.Metadata[jetbus.MetaKeyed] == "true"}, nil
 }
 
-// topicCache caches partition counts and subjects per topic.
+// topicCache caches each topic's layout and partition subjects.
 type topicCache struct {
 	js  natsjs.JetStream
 	ttl time.Duration
@@ -183,17 +219,36 @@ type topicCache struct {
 }
 
 type topicEntry struct {
-	partitions int
-	subjects   []string
-	expires    time.Time
+	layout
+	// subjects[p] is partition p's subject ("<topic>.p<n>"); a keyed topic's events go to
+	// subjects[p] + "." + the key's token.
+	subjects []string
+	expires  time.Time
+}
+
+// subject returns the subject of an event with key in partition p.
+func (e *topicEntry) subject(p int, key string) string {
+	if e.keyed {
+		return e.subjects[p] + "." + jetbus.KeyToken(key)
+	}
+	return e.subjects[p]
+}
+
+// filter returns the subject filter of partition p's consumers.
+func (e *topicEntry) filter(p int) string {
+	if e.keyed {
+		return e.subjects[p] + ".>"
+	}
+	return e.subjects[p]
 }
 
 func (c *topicCache) init(js natsjs.JetStream, ttl time.Duration) {
 	c.js, c.ttl, c.m = js, ttl, make(map[string]*topicEntry)
 }
 
-func (c *topicCache) put(topic string, n int) *topicEntry {
-	e := &topicEntry{partitions: n, subjects: make([]string, n), expires: time.Now().Add(c.ttl)}
+func (c *topicCache) put(topic string, l layout) *topicEntry {
+	n := l.partitions
+	e := &topicEntry{layout: l, subjects: make([]string, n), expires: time.Now().Add(c.ttl)}
 	for i := range e.subjects {
 		e.subjects[i] = jetbus.PartitionSubject(topic, i)
 	}
@@ -236,11 +291,11 @@ func (c *topicCache) get(ctx context.Context, topic string) (*topicEntry, error)
 	if err != nil {
 		return nil, fmt.Errorf("jetbus: topic %s: %w", topic, retry.Opaque(err))
 	}
-	n, err := partitionsOf(s.CachedInfo().Config)
+	l, err := layoutOf(s.CachedInfo().Config)
 	if err != nil {
 		return nil, err
 	}
-	return c.put(topic, n), nil
+	return c.put(topic, l), nil
 }
 
 func (c *topicCache) partitions(ctx context.Context, topic string) (int, error) {

@@ -12,7 +12,7 @@
 // The partition of a key is jetbus.PartitionOf(key, N) = jetbus.Jump(jetbus.KeyHash(key), N):
 // FNV-1a 64 of the key's UTF-8 bytes, then Lamping and Veach's jump consistent hash. They live
 // in the root package with the other wire-contract names, because every jetbus client, in any
-// language, computes them; the vectors in the root's hash_test.go pin them. Growing N to N+1
+// language, computes them; the vectors in testdata/partition_vectors.json pin them. Growing N to N+1
 // moves about 1/(N+1) of the keys, all to the new partition.
 //
 // # Buckets and keys

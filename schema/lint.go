@@ -36,16 +36,26 @@ type Finding struct {
 func (f Finding) String() string { return fmt.Sprintf("%s:%d: %s", f.File, f.Line, f.Message) }
 
 // Lint scans paths (files or directories, walked recursively; a trailing "/..." is accepted)
-// for publish calls and reports invalid topic names, topics without a schema (with
-// SchemasDir) and custom header keys that are not valid "x-" names.
+// for publish calls and reports invalid topic names and subjects, topics without a schema
+// (with SchemasDir) and header keys the wire contract does not allow.
 //
-// In Go files (go/ast) it checks string literals and constants of the same package passed as
-// the topic of a method named Publish or PublishAsync (the first argument if it is a string,
-// else the second, so both Publish(ctx, topic, …) and Publish(subject, …) are covered) and
-// the keys of map literals passed to WithHeaders. In .js, .ts, .mjs, .cjs, .jsx, .tsx and .py
-// files it finds publish("…") and publish('…') calls and the keys of headers: {…} /
-// headers={…} literals with a regular expression. Directories named vendor, node_modules and
-// testdata, and hidden ones, are skipped unless named explicitly.
+// What a publish names follows the wire contract (README, "The wire contract"): the Bus
+// (Publish(ctx, topic, …)) takes a topic; a plain NATS or JetStream client publishes to a
+// subject: a partition's subject "<topic>.p<n>" (keyed topics "<topic>.p<n>.<token>"), or
+// "in.<topic>" through ingress. A subject-shaped string is therefore checked as a subject
+// wherever it appears. A bare topic name is right for the Bus and wrong as a subject (no
+// stream listens on it): in Go it is taken as the Bus's topic when it follows a context
+// argument (Publish(ctx, topic, …)) and as a subject when it is the first argument
+// (nc.Publish(subject, data)); in scripts, where only NATS clients publish, it is a subject.
+//
+// In Go files (go/ast) it checks string literals and constants of the same package passed to
+// a method named Publish, PublishMsg or PublishAsync, and the keys of map literals passed to
+// WithHeaders (custom "x-" headers only: the mapped ones are options). In .js, .ts, .mjs,
+// .cjs, .jsx, .tsx and .py files it finds publish("…") and publish('…') calls and the keys of
+// headers: {…} / headers={…} literals with a regular expression; there the wire contract's
+// own headers (Nats-Msg-Id, x-key, x-ts, x-sid, x-caused-by, x-tags, x-schema-version,
+// content-type) are allowed too. Directories named vendor, node_modules and testdata, and
+// hidden ones, are skipped unless named explicitly.
 func Lint(opts LintOptions, paths ...string) ([]Finding, error) {
 	l := &linter{opts: opts}
 	if opts.SchemasDir != "" {
@@ -139,6 +149,11 @@ func (l *linter) topic(file string, line int, t string) {
 		l.add(file, line, "invalid topic %q: %v", t, err)
 		return
 	}
+	l.schemaOf(file, line, t)
+}
+
+// schemaOf reports a valid topic without a schema (with SchemasDir).
+func (l *linter) schemaOf(file string, line int, t string) {
 	if l.schemas == nil {
 		return
 	}
@@ -158,6 +173,54 @@ func (l *linter) header(file string, line int, h string) {
 	if err := jetbus.ValidateHeaderName(h); err != nil {
 		l.add(file, line, "header key %q is not a valid custom header: %v", h, err)
 	}
+}
+
+// wireHeaders are the headers a client outside jetbus sets to give an event its fields.
+var wireHeaders = map[string]bool{
+	jetbus.HeaderMsgID: true, jetbus.HeaderKey: true, jetbus.HeaderTS: true, jetbus.HeaderSID: true,
+	jetbus.HeaderCausedBy: true, jetbus.HeaderTags: true, jetbus.HeaderSchemaVersion: true,
+	jetbus.HeaderContentType: true,
+}
+
+// wireHeader checks a header key set by a client outside jetbus.
+func (l *linter) wireHeader(file string, line int, h string) {
+	if !wireHeaders[h] {
+		l.header(file, line, h)
+	}
+}
+
+// subject checks the subject a plain NATS client publishes to.
+func (l *linter) subject(file string, line int, s string) {
+	if t, ok := strings.CutPrefix(s, "in."); ok {
+		if _, _, _, sub := jetbus.ParseSubject(t); sub {
+			l.add(file, line, "ingress subject %q names a partition: publish to in.<topic>, ingress partitions by key", s)
+			return
+		}
+		if err := jetbus.ValidateTopic(t); err != nil {
+			l.add(file, line, "ingress subject %q: invalid topic: %v", s, err)
+			return
+		}
+		l.schemaOf(file, line, t)
+		return
+	}
+	if t, _, _, ok := jetbus.ParseSubject(s); ok {
+		l.schemaOf(file, line, t)
+		return
+	}
+	if jetbus.ValidateTopic(s) == nil {
+		l.add(file, line, "publish to the bare topic %q: no stream listens there; publish to %s.p<n> (n = the partition of the key) or to in.%s through ingress", s, s, s)
+		return
+	}
+	l.add(file, line, "invalid subject %q: not <topic>.p<n>, <topic>.p<n>.<key token> or in.<topic>", s)
+}
+
+// subjectShaped reports whether s names a partition's subject or an ingress subject.
+func subjectShaped(s string) bool {
+	if strings.HasPrefix(s, "in.") {
+		return true
+	}
+	_, _, _, ok := jetbus.ParseSubject(s)
+	return ok
 }
 
 // goPackage lints the Go files of one directory, resolving constants across them.
@@ -186,15 +249,23 @@ func (l *linter) goPackage(paths []string) error {
 					return true
 				}
 				switch sel.Sel.Name {
-				case "Publish", "PublishAsync":
+				case "Publish", "PublishAsync", "PublishMsg":
 					for i, arg := range call.Args {
 						if i > 1 {
 							break
 						}
-						if s, ok := stringValue(arg, consts); ok {
-							l.topic(file, fset.Position(arg.Pos()).Line, s)
-							break
+						s, ok := stringValue(arg, consts)
+						if !ok {
+							continue
 						}
+						line := fset.Position(arg.Pos()).Line
+						switch {
+						case subjectShaped(s), i == 0:
+							l.subject(file, line, s) // nc.Publish(subject, data)
+						default:
+							l.topic(file, line, s) // bus.Publish(ctx, topic, payload)
+						}
+						break
 					}
 				case "WithHeaders":
 					for _, arg := range call.Args {
@@ -293,7 +364,7 @@ func stringValue(e ast.Expr, consts map[string]string) (string, bool) {
 }
 
 var (
-	scriptPublish = regexp.MustCompile(`\bpublish\s*\(\s*(?:"([^"\\\n]*)"|'([^'\\\n]*)')`)
+	scriptPublish = regexp.MustCompile(`\bpublish\s*\(\s*(?:"([^"\\\n]*)"|'([^'\\\n]*)')\s*[,)]`)
 	scriptHeaders = regexp.MustCompile(`\bheaders\s*[:=]\s*\{([^}]*)\}`)
 	scriptKey     = regexp.MustCompile(`(?:"([^"\\\n]*)"|'([^'\\\n]*)')\s*:`)
 )
@@ -310,7 +381,7 @@ func (l *linter) script(p string) error {
 		if start < 0 {
 			start, end = m[4], m[5]
 		}
-		l.topic(p, line(start), src[start:end])
+		l.subject(p, line(start), src[start:end])
 	}
 	for _, m := range scriptHeaders.FindAllStringSubmatchIndex(src, -1) {
 		body := src[m[2]:m[3]]
@@ -319,7 +390,7 @@ func (l *linter) script(p string) error {
 			if start < 0 {
 				start, end = k[4], k[5]
 			}
-			l.header(p, line(m[2]+start), body[start:end])
+			l.wireHeader(p, line(m[2]+start), body[start:end])
 		}
 	}
 	return nil

@@ -27,12 +27,14 @@ func TestLint(t *testing.T) {
 		`goapp/main.go:26: topic "payments.settled" has no schema in testdata/schemas`,
 		`goapp/main.go:28: invalid topic "dlq.orders"`,
 		`goapp/main.go:28: header key "x-key" is not a valid custom header`,
-		`goapp/nats.go:8: invalid topic "orders.created.p0"`,
+		`goapp/nats.go:9: publish to the bare topic "orders.created"`,
+		`goapp/nats.go:11: ingress subject "in.orders.created.p2" names a partition`,
 		`py/worker.py:2: header key "X-Upper" is not a valid custom header`,
-		`py/worker.py:3: invalid topic "shipments.Sent"`,
-		`py/worker.py:4: invalid topic "dlq.orders"`,
+		`py/worker.py:3: ingress subject "in.shipments.Sent": invalid topic`,
+		`py/worker.py:4: invalid subject "dlq.orders"`,
+		`py/worker.py:5: publish to the bare topic "orders.created"`,
 		`web/client.ts:4: header key "Content-Language" is not a valid custom header`,
-		`web/client.ts:5: invalid topic "orders_created"`,
+		`web/client.ts:5: invalid subject "orders_created.p0"`,
 		`web/client.ts:7: topic "inventory.reserved" has no schema in testdata/schemas`,
 	}
 	require.Len(t, got, len(want), "findings:\n%s", joinLines(got))

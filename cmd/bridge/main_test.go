@@ -183,7 +183,7 @@ func TestLint(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, `goapp/main.go:24: invalid topic "Orders.Created"`)
 	assert.Contains(t, stderr, `py/worker.py:2: header key "X-Upper"`)
-	assert.Contains(t, stderr, "12 finding(s)")
+	assert.Contains(t, stderr, "14 finding(s)")
 
 	code, stdout, stderr := runArgs(t, "lint", "--schemas", "../../schema/testdata/schemas", "../../schema/testdata/lint/web/legacy.js")
 	assert.Equal(t, 0, code, stderr)

@@ -84,8 +84,8 @@ type Topic struct {
 	MaxBytes        ByteSize      `yaml:"max_bytes" desc:"Size bound of the stream; the oldest events go first (0: unlimited)." example:"10GiB"`
 	DuplicateWindow time.Duration `yaml:"duplicate_window" default:"2m" desc:"How long a published event ID is remembered to drop duplicates."`
 	Storage         string        `yaml:"storage" default:"file" enum:"file|memory" desc:"Where the stream stores events."`
-	Keyed           bool          `yaml:"keyed" desc:"A keyed (compacted) topic: JetStream keeps the last keep_per_key events of each key."`
-	KeepPerKey      int           `yaml:"keep_per_key" min:"0" desc:"Events kept per key of a keyed topic (default 1 when keyed)." example:"1"`
+	Keyed           bool          `yaml:"keyed" desc:"A keyed (compacted) topic: each event is stored under its key's subject, JetStream keeps the last keep_per_key events of each key and answers latest-by-key and state-at-time reads directly. Every event needs a key; a topic cannot change between plain and keyed."`
+	KeepPerKey      int           `yaml:"keep_per_key" min:"0" desc:"Events kept per key of a keyed topic (0: all, within max_age). With 1 a group starting from the earliest event reads one event per key." example:"1"`
 }
 
 // DLQ configures the dead-letter stream.

@@ -2,7 +2,6 @@ package process
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -14,12 +13,8 @@ import (
 	"github.com/jetbus/jetbus/schema"
 )
 
-// TopicConfig maps a declared topic to the Bus's TopicConfig. Keyed topics are refused until
-// the Bus can create them.
+// TopicConfig maps a declared topic to the Bus's TopicConfig.
 func TopicConfig(t config.Topic) (jetstream.TopicConfig, error) {
-	if t.Keyed {
-		return jetstream.TopicConfig{}, fmt.Errorf("topic %s: keyed topics are not supported by this build's Bus yet", t.Name)
-	}
 	storage := natsjs.FileStorage
 	if t.Storage == "memory" {
 		storage = natsjs.MemoryStorage
@@ -27,6 +22,7 @@ func TopicConfig(t config.Topic) (jetstream.TopicConfig, error) {
 	return jetstream.TopicConfig{
 		Name: t.Name, Partitions: t.Partitions, Replicas: t.Replicas, MaxAge: t.MaxAge,
 		MaxBytes: int64(t.MaxBytes), Storage: storage, DuplicateWindow: t.DuplicateWindow,
+		Keyed: t.Keyed, KeepPerKey: t.KeepPerKey,
 	}, nil
 }
 

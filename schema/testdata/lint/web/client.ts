@@ -1,10 +1,10 @@
-import { bus } from "./bus";
+import { headers } from "nats";
 
-export async function place(order: Order) {
-  await bus.publish("orders.created", order, { headers: { "x-tenant": "acme", "Content-Language": "en" } });
-  await bus.publish('orders_created', order);
-  await bus.publish(
-    "inventory.reserved",
+export async function place(js: JetStreamClient, order: Uint8Array) {
+  await js.publish("orders.created.p1", order, { headers: { "x-tenant": "acme", "Content-Language": "en" } });
+  await js.publish('orders_created.p0', order);
+  await js.publish(
+    "inventory.reserved.p0",
     order,
   );
 }

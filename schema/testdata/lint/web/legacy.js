@@ -1,3 +1,3 @@
 // a comment mentioning publish but no call
-bus.publish('orders.created.v1', {});
-bus.publish("users.signedup", {}, { headers: { 'x-ok': '1' } });
+nc.publish('in.orders.created.v1', data);
+js.publish("users.signedup.p0.user-42", data, { headers: { 'x-ok': '1', 'Nats-Msg-Id': 'u-42', 'x-key': 'user-42' } });
