@@ -134,9 +134,16 @@ func Run(ctx context.Context, spec Spec) error {
 			}
 			return nil
 		}})
-		if r := runner.Load(); r != nil {
-			cs = append(cs, ops.Check{Name: "components", Func: r.Ready})
-		}
+		// Always listed, and the runner read when the check runs: setup may end between
+		// building this list and running it, and readiness must then still wait for the
+		// components.
+		cs = append(cs, ops.Check{Name: "components", Func: func(ctx context.Context) error {
+			r := runner.Load()
+			if r == nil {
+				return errors.New("not running yet")
+			}
+			return r.Ready(ctx)
+		}})
 		return cs
 	}
 	status := func(ctx context.Context) (*ops.Status, error) {
