@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -116,6 +117,26 @@ func TestSIGTERMReleasesLeases(t *testing.T) {
 	}, 60*time.Second, 20*time.Millisecond, "the two projectors share the partitions")
 	d.publish(t, 100)
 
+	// Watch the leases: a released lease is deleted (KeyValueDelete); an expired one would
+	// show as another removal.
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	kv, err := js.KeyValue(wctx, partition.GroupBucket("orders-view"))
+	require.NoError(t, err)
+	w, err := kv.Watch(wctx, "l.orders.*", natsjs.UpdatesOnly())
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var removals []natsjs.KeyValueOp
+	go func() {
+		for e := range w.Updates() {
+			if e != nil && e.Operation() != natsjs.KeyValuePut {
+				mu.Lock()
+				removals = append(removals, e.Operation())
+				mu.Unlock()
+			}
+		}
+	}()
+
 	t0 := time.Now()
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
 	select {
@@ -130,7 +151,14 @@ func TestSIGTERMReleasesLeases(t *testing.T) {
 	}, partition.DefaultTTL, 10*time.Millisecond, "the other projector takes every partition")
 	took := time.Since(t0)
 	t.Logf("SIGTERM to every partition owned by the other projector: %s (lease TTL %s)", took, partition.DefaultTTL)
-	assert.Less(t, took, partition.DefaultTTL/2, "leases released, not expired")
+	assert.Less(t, took, partition.DefaultTTL, "well before the lease TTL")
+	mu.Lock()
+	assert.NotEmpty(t, removals, "the stopped projector's leases were removed")
+	for _, op := range removals {
+		assert.Equal(t, natsjs.KeyValueDelete, op, "a lease released, not expired")
+	}
+	mu.Unlock()
+	require.NoError(t, w.Stop())
 
 	d.publish(t, 100)
 	require.Eventually(t, func() bool {
