@@ -2,7 +2,7 @@
 GO        ?= go
 PKGS      ?= ./...
 
-.PHONY: all build test test-short vet fmt-check lint bench bench-peers soak dev docs clean
+.PHONY: all build test test-short test-long vet fmt-check lint bench bench-peers soak dev docs clean
 
 all: build test
 
@@ -41,6 +41,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count $(COUNT) -timeout 30m ./embeddedtest/minimongo/
 	$(GO) test -run '^$$' -bench 'Publish|Validate' -benchtime 3000x -count $(COUNT) -timeout 30m ./schema/
 	$(GO) test -run '^$$' -bench 'Rebalance|Consume' -benchtime 3x -count $(COUNT) -timeout 30m ./partition/
+	$(GO) test -run '^$$' -bench 'Changelog' -benchtime 2x -count $(COUNT) -timeout 30m ./projection/
 
 ## bench-peers: the Bus against Watermill and raw nats.go in one run (nested module bench/peers,
 ## so Watermill stays out of jetbus's module graph; figures in BENCHMARKS.md). PEERS_FLAGS
@@ -53,6 +54,11 @@ bench-peers:
 SOAK ?= 5
 soak:
 	$(GO) test -race -count=$(SOAK) -run 'Churn|Conformance|Cluster' -timeout 60m ./partition/ ./jetstream/ ./embeddedtest/
+
+## test-long: the long variants (build tag long): the transactional projection killed with
+## SIGKILL mid-batch twelve times over 30,000 events (make test runs three kills over 3,000).
+test-long:
+	$(GO) test -race -count=1 -tags long -timeout 30m -run 'SIGKILL' ./projection/
 
 ## dev: dev builds (-tags dev) of both binaries on examples/jetbus.yaml: the bridge starts the
 ## embedded NATS (JetStream under ./data) and the MongoDB test backend; the projector connects to

@@ -138,16 +138,18 @@ type Outbox struct {
 
 // Projection materializes a topic into a collection.
 type Projection struct {
-	Name       string        `yaml:"name" required:"true" check:"group" desc:"Projection name, also its consumer group." example:"orders-view"`
-	Topic      string        `yaml:"topic" required:"true" check:"topic" desc:"Topic read; it must be declared in topics." example:"orders"`
-	Database   string        `yaml:"database" check:"database" desc:"Database of the collection (default mongo.database)."`
-	Collection string        `yaml:"collection" required:"true" check:"collection" desc:"Collection written, one document per event key." example:"orders"`
-	Mode       string        `yaml:"mode" default:"replace" enum:"replace|merge" desc:"replace: the payload is the whole state; merge: the payload's top-level fields are set, its null fields unset."`
-	Version    string        `yaml:"version" check:"json-pointer" desc:"JSON pointer to the version in the payload (e.g. /version); empty: the stream sequence. Older versions never overwrite newer ones." example:"/version"`
-	Tombstones string        `yaml:"tombstones" default:"delete" enum:"delete|keep" desc:"What a null payload does: delete the document, or keep it marked _deleted."`
-	Indexes    []Index       `yaml:"indexes" desc:"Secondary indexes created at start (idempotently); a view may sort only on a field that leads one."`
-	History    time.Duration `yaml:"history" desc:"Keep every applied version in <collection>_history for this long, for reads at a past time (0: no history)." example:"720h"`
-	BatchSize  int           `yaml:"batch_size" default:"100" min:"1" max:"10000" desc:"Events fetched and written per bulk write."`
+	Name             string        `yaml:"name" required:"true" check:"group" desc:"Projection name, also its consumer group." example:"orders-view"`
+	Topic            string        `yaml:"topic" required:"true" check:"topic" desc:"Topic read; it must be declared in topics." example:"orders"`
+	Database         string        `yaml:"database" check:"database" desc:"Database of the collection (default mongo.database)."`
+	Collection       string        `yaml:"collection" required:"true" check:"collection" desc:"Collection written, one document per event key." example:"orders"`
+	Mode             string        `yaml:"mode" default:"replace" enum:"replace|merge" desc:"replace: the payload is the whole state; merge: the payload's top-level fields are set, its null fields unset."`
+	Version          string        `yaml:"version" check:"json-pointer" desc:"JSON pointer to the version in the payload (e.g. /version); empty: the stream sequence. Older versions never overwrite newer ones." example:"/version"`
+	Tombstones       string        `yaml:"tombstones" default:"delete" enum:"delete|keep" desc:"What a null payload does: delete the document, or keep it marked _deleted."`
+	Indexes          []Index       `yaml:"indexes" desc:"Secondary indexes created at start (idempotently); a view may sort only on a field that leads one."`
+	History          time.Duration `yaml:"history" desc:"Keep every applied version in <collection>_history for this long, for reads at a past time (0: no history)." example:"720h"`
+	BatchSize        int           `yaml:"batch_size" default:"100" min:"1" max:"10000" desc:"Events fetched and written per bulk write."`
+	Linger           time.Duration `yaml:"linger" default:"5ms" desc:"How long a partition waits for a batch to fill before writing what it has: the most latency a quiet topic adds."`
+	DeletedRetention time.Duration `yaml:"deleted_retention" default:"24h" min:"1" desc:"With tombstones: delete, how long a deleted key keeps a marker with its version (readers skip it) before MongoDB's TTL monitor removes it: an event of that key older than the tombstone arriving within this time cannot bring the key back."`
 }
 
 // Index is a secondary index of a projection's collection.
