@@ -33,7 +33,7 @@ func (s *Server) getKey(c echo.Context) error {
 	if e := checkValidators(r.Header); e != nil {
 		return e
 	}
-	ctx := r.Context()
+	ctx := ctxOf(c)
 	live, err := v.resolve(ctx, s.now)
 	if err != nil {
 		return s.dbError(ctx, err)
@@ -119,7 +119,7 @@ func (s *Server) conditional(c echo.Context, route string, val validators) (bool
 
 // serveAt serves ?at=: the key's state at a time, from the live collection's history.
 func (s *Server) serveAt(c echo.Context, v *view, live liveState, key string, rp readParams, gz bool) error {
-	ctx := c.Request().Context()
+	ctx := ctxOf(c)
 	if v.History <= 0 {
 		return newError(http.StatusUnprocessableEntity, CodeNoHistory, "view %s keeps no history, so it cannot answer at=", v.Name).
 			with("view", v.Name)
@@ -173,7 +173,7 @@ func (s *Server) getList(c echo.Context) error {
 		}
 		and = append(and, ks.after(lp.order))
 	}
-	ctx := r.Context()
+	ctx := ctxOf(c)
 	live, err := v.resolve(ctx, s.now)
 	if err != nil {
 		return s.dbError(ctx, err)

@@ -3,6 +3,7 @@ package snapshotapi
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,16 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	conditional *prometheus.CounterVec
 	cache       *prometheus.CounterVec
+	// The series already resolved, so that the hot paths skip the vectors' label hashing.
+	reqSeries         sync.Map // requestSeries → prometheus.Counter
+	durSeries         sync.Map // route → prometheus.Observer
+	condSeries        sync.Map // [2]string{route, result} → prometheus.Counter
+	hit, miss, bypass prometheus.Counter
+}
+
+type requestSeries struct {
+	route, view string
+	code        int
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -57,6 +68,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			}
 		}
 	}
+	m.hit, m.miss, m.bypass = m.cache.WithLabelValues("hit"), m.cache.WithLabelValues("miss"), m.cache.WithLabelValues("bypass")
 	return m, nil
 }
 
@@ -72,22 +84,45 @@ func (m *metrics) request(route, view string, code int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	text, ok := codeText[code]
+	k := requestSeries{route, view, code}
+	c, ok := m.reqSeries.Load(k)
 	if !ok {
-		text = strconv.Itoa(code)
+		text, known := codeText[code]
+		if !known {
+			text = strconv.Itoa(code)
+		}
+		c, _ = m.reqSeries.LoadOrStore(k, m.requests.WithLabelValues(route, view, text))
 	}
-	m.requests.WithLabelValues(route, view, text).Inc()
-	m.duration.WithLabelValues(route).Observe(d.Seconds())
+	c.(prometheus.Counter).Inc()
+	o, ok := m.durSeries.Load(route)
+	if !ok {
+		o, _ = m.durSeries.LoadOrStore(route, m.duration.WithLabelValues(route))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 func (m *metrics) conditionalResult(route, result string) {
-	if m != nil {
-		m.conditional.WithLabelValues(route, result).Inc()
+	if m == nil {
+		return
 	}
+	k := [2]string{route, result}
+	c, ok := m.condSeries.Load(k)
+	if !ok {
+		c, _ = m.condSeries.LoadOrStore(k, m.conditional.WithLabelValues(route, result))
+	}
+	c.(prometheus.Counter).Inc()
 }
 
 func (m *metrics) cacheLookup(result string) {
-	if m != nil {
-		m.cache.WithLabelValues(result).Inc()
+	if m == nil {
+		return
+	}
+	switch result {
+	case "hit":
+		m.hit.Inc()
+	case "miss":
+		m.miss.Inc()
+	default:
+		m.bypass.Inc()
 	}
 }

@@ -153,6 +153,8 @@ func (s *Server) readDoc(ctx context.Context, v *view, live liveState, key strin
 			return d, true, nil
 		}
 		s.metrics.cacheLookup("miss")
+	} else {
+		s.metrics.cacheLookup("bypass")
 	}
 	t := s.cache.begin(v.Database)
 	defer s.cache.end(t)
