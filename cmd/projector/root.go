@@ -42,11 +42,11 @@ func projectorSpec(cfg *config.Config) (process.Spec, error) {
 		if err := process.EnsureTopics(ctx, env.Bus, cfg.Topics, env.Logger); err != nil {
 			return nil, err
 		}
-		if len(cfg.Projections) > 0 || len(cfg.Views) > 0 {
-			env.Logger.Warn("projections and the snapshot API are configured but not built into this projector yet: they do not run",
-				"projections", len(cfg.Projections), "views", len(cfg.Views))
+		if len(cfg.Projections) > 0 {
+			env.Logger.Warn("projections are configured but not built into this projector yet: they do not run",
+				"projections", len(cfg.Projections))
 		}
-		return nil, nil
+		return apiComponents(ctx, env, cfg)
 	}
 	return spec, nil
 }
