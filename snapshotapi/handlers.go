@@ -67,8 +67,7 @@ type docRep struct {
 
 func (s *Server) serveDoc(c echo.Context, v *view, d docRep, meta, gz bool) error {
 	h := c.Response().Header()
-	h.Set("Cache-Control", v.CacheControl)
-	addVary(h, "Accept-Encoding")
+	cacheHeaders(h, v.cacheControl)
 	var val validators
 	if d.hasV {
 		tag := v.tags[0]
@@ -226,8 +225,7 @@ func (s *Server) getList(c echo.Context) error {
 	}
 	val := validators{etag: listETag(tag, ids, versions, next, gz)}
 	h := c.Response().Header()
-	h.Set("Cache-Control", v.CacheControl)
-	addVary(h, "Accept-Encoding")
+	cacheHeaders(h, v.cacheControl)
 	h.Set("ETag", val.etag)
 	if stop, err := s.conditional(c, routeList, val); stop || err != nil {
 		return err

@@ -23,10 +23,12 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	conditional *prometheus.CounterVec
 	cache       *prometheus.CounterVec
-	// The series already resolved, so that the hot paths skip the vectors' label hashing.
-	reqSeries         sync.Map // requestSeries → prometheus.Counter
-	durSeries         sync.Map // route → prometheus.Observer
-	condSeries        sync.Map // [2]string{route, result} → prometheus.Counter
+	// The series already resolved, so that the hot paths skip the vectors' label hashing
+	// (and boxing keys into interfaces).
+	mu                sync.RWMutex
+	reqSeries         map[requestSeries]prometheus.Counter
+	durSeries         map[string]prometheus.Observer
+	condSeries        map[[2]string]prometheus.Counter
 	hit, miss, bypass prometheus.Counter
 }
 
@@ -68,6 +70,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			}
 		}
 	}
+	m.reqSeries, m.durSeries, m.condSeries = map[requestSeries]prometheus.Counter{}, map[string]prometheus.Observer{}, map[[2]string]prometheus.Counter{}
 	m.hit, m.miss, m.bypass = m.cache.WithLabelValues("hit"), m.cache.WithLabelValues("miss"), m.cache.WithLabelValues("bypass")
 	return m, nil
 }
@@ -85,20 +88,22 @@ func (m *metrics) request(route, view string, code int, d time.Duration) {
 		return
 	}
 	k := requestSeries{route, view, code}
-	c, ok := m.reqSeries.Load(k)
-	if !ok {
+	m.mu.RLock()
+	c, okC := m.reqSeries[k]
+	o, okO := m.durSeries[route]
+	m.mu.RUnlock()
+	if !okC || !okO {
 		text, known := codeText[code]
 		if !known {
 			text = strconv.Itoa(code)
 		}
-		c, _ = m.reqSeries.LoadOrStore(k, m.requests.WithLabelValues(route, view, text))
+		c, o = m.requests.WithLabelValues(route, view, text), m.duration.WithLabelValues(route)
+		m.mu.Lock()
+		m.reqSeries[k], m.durSeries[route] = c, o
+		m.mu.Unlock()
 	}
-	c.(prometheus.Counter).Inc()
-	o, ok := m.durSeries.Load(route)
-	if !ok {
-		o, _ = m.durSeries.LoadOrStore(route, m.duration.WithLabelValues(route))
-	}
-	o.(prometheus.Observer).Observe(d.Seconds())
+	c.Inc()
+	o.Observe(d.Seconds())
 }
 
 func (m *metrics) conditionalResult(route, result string) {
@@ -106,11 +111,16 @@ func (m *metrics) conditionalResult(route, result string) {
 		return
 	}
 	k := [2]string{route, result}
-	c, ok := m.condSeries.Load(k)
+	m.mu.RLock()
+	c, ok := m.condSeries[k]
+	m.mu.RUnlock()
 	if !ok {
-		c, _ = m.condSeries.LoadOrStore(k, m.conditional.WithLabelValues(route, result))
+		c = m.conditional.WithLabelValues(route, result)
+		m.mu.Lock()
+		m.condSeries[k] = c
+		m.mu.Unlock()
 	}
-	c.(prometheus.Counter).Inc()
+	c.Inc()
 }
 
 func (m *metrics) cacheLookup(result string) {

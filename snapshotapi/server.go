@@ -462,6 +462,24 @@ func acceptsGzip(r *http.Request) bool {
 	return false
 }
 
+// Field values shared by responses: each slice is full (len == cap), so that a later Add
+// (CORS's Vary: Origin) copies it instead of writing into it.
+var (
+	noCache            = []string{DefaultCacheControl}[:1:1]
+	varyAcceptEncoding = []string{"Accept-Encoding"}[:1:1]
+)
+
+// cacheHeaders sets Cache-Control and adds Accept-Encoding to Vary, without allocating for
+// either on the hot path.
+func cacheHeaders(h http.Header, cacheControl []string) {
+	h["Cache-Control"] = cacheControl
+	if len(h["Vary"]) == 0 {
+		h["Vary"] = varyAcceptEncoding
+		return
+	}
+	addVary(h, "Accept-Encoding")
+}
+
 // addVary adds field to Vary unless it is there.
 func addVary(h http.Header, field string) {
 	for _, v := range h.Values("Vary") {

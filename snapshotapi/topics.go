@@ -105,8 +105,7 @@ func (s *Server) getTopicKey(c echo.Context) error {
 	}
 	gz := acceptsGzip(r)
 	h := c.Response().Header()
-	h.Set("Cache-Control", DefaultCacheControl)
-	addVary(h, "Accept-Encoding")
+	cacheHeaders(h, noCache)
 	val := validators{etag: keyETag(int64(ev.Seq), topicRender, gz), lastMod: ev.TS}
 	h.Set("ETag", val.etag)
 	if stop, err := s.conditional(c, routeTopicKey, val); stop || err != nil {
