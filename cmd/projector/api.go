@@ -17,11 +17,17 @@ import (
 	"github.com/jetbus/jetbus/snapshotapi"
 )
 
-// apiComponents wires the snapshot API when views or http.topics are declared: the cursor
+// apiComponents wires the snapshot API when views or http.topics are declared and
+// http.api_addr is set (off by default until the API can share http.addr): the cursor
 // key shared through NATS KV, the schema registry for /openapi.json, the Bus for keys of
 // topics, and a listener on http.api_addr.
 func apiComponents(ctx context.Context, env *process.Env, cfg *config.Config) ([]process.Component, error) {
 	if len(cfg.Views) == 0 && len(cfg.HTTP.Topics) == 0 {
+		return nil, nil
+	}
+	if cfg.HTTP.APIAddr == "" {
+		env.Logger.Warn("views are declared but http.api_addr is empty: the snapshot API is not served",
+			"views", len(cfg.Views), "topics", len(cfg.HTTP.Topics))
 		return nil, nil
 	}
 	key, err := snapshotapi.LoadCursorKey(ctx, env.Bus.JetStream(), kvReplicas(cfg))

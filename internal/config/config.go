@@ -63,7 +63,7 @@ type HTTP struct {
 	Addr           string        `yaml:"addr" default:":8080" check:"addr" desc:"Listen address (host:port; port 0 picks a free one, logged at start)." example:"127.0.0.1:9090"`
 	RequestTimeout time.Duration `yaml:"request_timeout" default:"10s" min:"1" desc:"Longest time one request may take."`
 	CORSOrigins    []string      `yaml:"cors_origins" desc:"Origins allowed to call the snapshot API from a browser (\"*\": any)." example:"[https://app.example.com]"`
-	APIAddr        string        `yaml:"api_addr" default:":8090" check:"addr" desc:"Listen address of the projector's snapshot API, when views or topics are declared (host:port; port 0 picks a free one, logged at start)." example:"127.0.0.1:8090"`
+	APIAddr        string        `yaml:"api_addr" check:"addr" desc:"Listen address of the projector's snapshot API (host:port; port 0 picks a free one, logged at start). Empty: the API is not served, although views are declared." example:"127.0.0.1:8090"`
 	Topics         []string      `yaml:"topics" check:"topic" desc:"Keyed topics whose keys the snapshot API serves from their streams at /v1/topics/{topic}/keys/{key}; each must be declared keyed in topics. A token reads one with the scope topic:<name>." example:"[customers]"`
 }
 
