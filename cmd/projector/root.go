@@ -46,11 +46,11 @@ func projectorSpec(cfg *config.Config) (process.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(cfg.Views) > 0 {
-			env.Logger.Warn("the snapshot API is configured but not built into this projector yet: it does not run",
-				"views", len(cfg.Views))
+		api, err := apiComponents(ctx, env, cfg)
+		if err != nil {
+			return nil, err
 		}
-		return comps, nil
+		return append(comps, api...), nil
 	}
 	return spec, nil
 }

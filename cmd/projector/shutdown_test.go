@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -82,15 +81,6 @@ func startProjector(t *testing.T, args ...string) *projectorProc {
 		}
 	})
 	return p
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }
 
 // TestSIGTERMReleasesLeases: two `projector run` processes share a projection's partitions;
