@@ -17,17 +17,12 @@ import (
 	"github.com/jetbus/jetbus/snapshotapi"
 )
 
-// apiComponents wires the snapshot API when views or http.topics are declared and
-// http.api_addr is set (off by default until the API can share http.addr): the cursor
+// apiComponents wires the snapshot API when views or http.topics are declared: the cursor
 // key shared through NATS KV, the schema registry for /openapi.json, the Bus for keys of
-// topics, and a listener on http.api_addr.
+// topics. It is served on the operations address (http.addr) beside /healthz and the other
+// operations endpoints, or on a listener of its own when http.api_addr is set.
 func apiComponents(ctx context.Context, env *process.Env, cfg *config.Config) ([]process.Component, error) {
 	if len(cfg.Views) == 0 && len(cfg.HTTP.Topics) == 0 {
-		return nil, nil
-	}
-	if cfg.HTTP.APIAddr == "" {
-		env.Logger.Warn("views are declared but http.api_addr is empty: the snapshot API is not served",
-			"views", len(cfg.Views), "topics", len(cfg.HTTP.Topics))
 		return nil, nil
 	}
 	key, err := snapshotapi.LoadCursorKey(ctx, env.Bus.JetStream(), kvReplicas(cfg))
@@ -49,6 +44,9 @@ func apiComponents(ctx context.Context, env *process.Env, cfg *config.Config) ([
 		return nil, err
 	}
 	env.OnClose(func(context.Context) error { return reg.Close() })
+	if cfg.HTTP.APIAddr == "" {
+		env.Handle(srv)
+	}
 	return []process.Component{&apiComponent{srv: srv, env: env, addr: cfg.HTTP.APIAddr, timeout: cfg.HTTP.RequestTimeout}}, nil
 }
 
@@ -117,9 +115,13 @@ func (c *apiComponent) Name() string { return "snapshot-api" }
 // Ready reports the API's readiness (sort fields backed by indexes).
 func (c *apiComponent) Ready(ctx context.Context) error { return c.srv.Ready(ctx) }
 
-// Run listens on http.api_addr and serves until ctx ends, then lets requests in flight
-// finish (at most the request timeout).
+// Run keeps the API's cache live until ctx ends. With http.api_addr it also listens there
+// and serves until ctx ends, then lets requests in flight finish (at most the request
+// timeout); otherwise the operations server serves it.
 func (c *apiComponent) Run(ctx context.Context) error {
+	if c.addr == "" {
+		return c.srv.Run(ctx)
+	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return fmt.Errorf("http.api_addr: %w", err)

@@ -16,7 +16,7 @@ import (
 type Config struct {
 	NATS        NATS         `yaml:"nats" desc:"How to reach NATS and JetStream. Flags: --nats-url, --nats-creds, --nats-nkey, --nats-user, --nats-password, --nats-token, --tls-ca, --tls-cert, --tls-key."`
 	Mongo       Mongo        `yaml:"mongo" desc:"How to reach MongoDB: needed by projections, changefeeds and outboxes. Flag: --mongo-uri."`
-	HTTP        HTTP         `yaml:"http" desc:"The HTTP servers of each process: /healthz, /readyz, /metrics and /v1/ops/status on addr (flag: --http-addr), and in the projector the snapshot API on api_addr."`
+	HTTP        HTTP         `yaml:"http" desc:"The HTTP servers of each process: /healthz, /readyz, /metrics and /v1/ops/status on addr (flag: --http-addr), and in the projector the snapshot API there too (or on api_addr when set)."`
 	Log         Log          `yaml:"log" desc:"Logging (JSON lines on standard error). Flag: --log-level."`
 	Shutdown    Shutdown     `yaml:"shutdown" desc:"Graceful shutdown on SIGTERM or SIGINT: stop fetching, drain in-flight work, release leases. A second signal exits at once."`
 	Topics      []Topic      `yaml:"topics" desc:"Topics the processes ensure at start (create, or update to these settings). Projections, changefeeds and ingress may only name topics declared here."`
@@ -63,7 +63,7 @@ type HTTP struct {
 	Addr           string        `yaml:"addr" default:":8080" check:"addr" desc:"Listen address (host:port; port 0 picks a free one, logged at start)." example:"127.0.0.1:9090"`
 	RequestTimeout time.Duration `yaml:"request_timeout" default:"10s" min:"1" desc:"Longest time one request may take."`
 	CORSOrigins    []string      `yaml:"cors_origins" desc:"Origins allowed to call the snapshot API from a browser (\"*\": any)." example:"[https://app.example.com]"`
-	APIAddr        string        `yaml:"api_addr" check:"addr" desc:"Listen address of the projector's snapshot API (host:port; port 0 picks a free one, logged at start). Empty: the API is not served, although views are declared." example:"127.0.0.1:8090"`
+	APIAddr        string        `yaml:"api_addr" check:"addr" desc:"A separate listen address for the projector's snapshot API (host:port; port 0 picks a free one, logged at start). Empty (the default): the API is served on addr, beside the operations endpoints." example:"127.0.0.1:8090"`
 	Topics         []string      `yaml:"topics" check:"topic" desc:"Keyed topics whose keys the snapshot API serves from their streams at /v1/topics/{topic}/keys/{key}; each must be declared keyed in topics. A token reads one with the scope topic:<name>." example:"[customers]"`
 }
 

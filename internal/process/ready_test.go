@@ -32,7 +32,8 @@ func (f *readyFake) Ready(context.Context) error {
 
 // TestReadyWaitsForComponents: /readyz lists the components check from the start (failing
 // while setup runs) and answers 200 only once every component is ready, however setup and
-// the probe interleave.
+// the probe interleave; a handler mounted with Env.Handle is served beside the operations
+// endpoints.
 func TestReadyWaitsForComponents(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	cfg, err := config.Load(config.Options{Environ: []string{"JETBUS_NATS_URLS=" + s.ClientURL(), "JETBUS_HTTP_ADDR=127.0.0.1:0"}})
@@ -45,17 +46,20 @@ func TestReadyWaitsForComponents(t *testing.T) {
 	go func() {
 		done <- process.Run(ctx, process.Spec{Name: "bridge", Config: cfg, Logger: embeddedtest.Logger(t),
 			Listening: func(a string) { addr <- a },
-			Setup: func(ctx context.Context, _ *process.Env) ([]process.Component, error) {
+			Setup: func(ctx context.Context, env *process.Env) ([]process.Component, error) {
 				select {
 				case <-release:
 				case <-ctx.Done():
 				}
+				env.Handle(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.WriteString(w, "mounted "+r.URL.Path)
+				}))
 				return []process.Component{comp}, nil
 			}})
 	}()
 	base := "http://" + <-addr
-	get := func() (int, string) {
-		resp, err := http.Get(base + "/readyz")
+	getPath := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -63,15 +67,23 @@ func TestReadyWaitsForComponents(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	get := func() (int, string) { return getPath("/readyz") }
 	var code int
 	var body string
 	require.Eventually(t, func() bool { code, body = get(); return strings.Contains(body, "[+]nats ok") }, 10*time.Second, 10*time.Millisecond, "connects")
 	assert.Equal(t, http.StatusServiceUnavailable, code, body)
 	assert.Contains(t, body, "[-]components", "listed while setup runs")
+	code, _ = getPath("/v1/views/orders/o-1")
+	assert.Equal(t, http.StatusNotFound, code, "nothing mounted yet")
 	close(release)
 	require.Eventually(t, func() bool { _, body = get(); return strings.Contains(body, "[+]setup ok") }, 10*time.Second, 10*time.Millisecond)
 	code, body = get()
 	assert.Equal(t, http.StatusServiceUnavailable, code, "set up but a component is not ready: %s", body)
+	code, body = getPath("/v1/views/orders/o-1")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "mounted /v1/views/orders/o-1", body, "Env.Handle serves beside the operations endpoints")
+	code, _ = getPath("/healthz")
+	assert.Equal(t, http.StatusOK, code, "the operations endpoints keep their paths")
 	comp.ready.Store(true)
 	require.Eventually(t, func() bool { code, _ := get(); return code == http.StatusOK }, 10*time.Second, 10*time.Millisecond)
 	cancel()

@@ -57,6 +57,22 @@ type Env struct {
 
 	mu      sync.Mutex
 	closers []func(context.Context) error
+	handler atomic.Pointer[http.Handler]
+}
+
+// Handle serves h on the operations address (http.addr) for every path the operations
+// endpoints do not take (/healthz, /readyz, /metrics, /v1/ops/…): the projector's snapshot
+// API shares the port this way. Until a handler is set, those paths answer 404. A later
+// call replaces the handler.
+func (e *Env) Handle(h http.Handler) { e.handler.Store(&h) }
+
+// serveMounted is the operations server's fallback: the handler set with Handle, or 404.
+func (e *Env) serveMounted(w http.ResponseWriter, r *http.Request) {
+	if h := e.handler.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	http.NotFound(w, r)
 }
 
 // OnClose registers f to run after every component stopped (last registered, first run).
@@ -166,8 +182,11 @@ func Run(ctx context.Context, spec Spec) error {
 	if err != nil {
 		return fmt.Errorf("http.addr: %w", err)
 	}
+	mux := ops.Endpoints{Gatherer: reg, Checks: checks, Status: status}.Handler()
+	mux.HandleFunc("/", env.serveMounted)
 	srv := &http.Server{
-		Handler:           ops.Endpoints{Gatherer: reg, Checks: checks, Status: status}.Handler(),
+		Handler:           mux,
+		MaxHeaderBytes:    64 << 10,
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      cfg.HTTP.RequestTimeout + 5*time.Second,
 	}
