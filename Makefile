@@ -60,17 +60,15 @@ soak:
 test-long:
 	$(GO) test -race -count=1 -tags long -timeout 30m -run 'SIGKILL' ./projection/
 
-## dev: dev builds (-tags dev) of both binaries on examples/jetbus.yaml: the bridge starts the
-## embedded NATS (JetStream under ./data) and the MongoDB test backend; the projector connects to
-## them. Ops endpoints on 127.0.0.1:8080 (bridge) and 127.0.0.1:8081 (projector). Ctrl-C or
-## SIGTERM stops both gracefully.
+## dev: the whole pipeline on one machine from examples/jetbus.yaml (DEV_CONFIG): dev builds
+## (-tags dev) of bridge and projector, started by bin/dev/jetbus-dev: the bridge with the
+## embedded NATS server and the MongoDB test backend (data under ./data, which survives a
+## restart), then the projector with the snapshot API on 127.0.0.1:8081 (bridge ops on :8080).
+## It prints what to try. Ctrl-C, or SIGTERM to make, stops both in order and frees the ports.
 DEV_CONFIG ?= examples/jetbus.yaml
 dev:
-	$(GO) build -tags dev -o bin/dev/ ./cmd/bridge ./cmd/projector
-	@bin/dev/bridge run --dev --config $(DEV_CONFIG) & b=$$!; \
-	bin/dev/projector run --config $(DEV_CONFIG) --http-addr 127.0.0.1:8081 & p=$$!; \
-	trap 'kill -TERM $$b $$p 2>/dev/null' TERM; \
-	wait $$b; wait $$p
+	$(GO) build -tags dev -o bin/dev/ ./cmd/bridge ./cmd/projector ./cmd/jetbus-dev
+	exec bin/dev/jetbus-dev --config $(DEV_CONFIG) --data data
 
 ## docs: regenerate docs/config.md from internal/config and README's command reference from the
 ## commands (tests fail while they differ).
