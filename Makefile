@@ -13,10 +13,12 @@ build:
 	$(GO) build -o bin/ ./cmd/bridge ./cmd/projector
 
 ## test: vet, gofmt check, every test with the race detector (embedded NATS and MongoDB backend),
-## and ten seconds of fuzzing the snapshot API's query grammar.
+## ten seconds of fuzzing the snapshot API's query grammar, and the deploy/ files' validation
+## (nested module deploy: compose, Kubernetes, Dockerfile and NATS confs parsed offline).
 test: vet fmt-check
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 10s ./snapshotapi/
+	cd deploy && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## test-short: a quicker subset (no cluster conformance run, 10k-event churns).
 test-short:
