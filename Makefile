@@ -12,9 +12,11 @@ build:
 	$(GO) build $(PKGS)
 	$(GO) build -o bin/ ./cmd/bridge ./cmd/projector
 
-## test: vet, gofmt check and every test with the race detector (embedded NATS and MongoDB backend).
+## test: vet, gofmt check, every test with the race detector (embedded NATS and MongoDB backend),
+## and ten seconds of fuzzing the snapshot API's query grammar.
 test: vet fmt-check
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 10s ./snapshotapi/
 
 ## test-short: a quicker subset (no cluster conformance run, 10k-event churns).
 test-short:

@@ -18,26 +18,44 @@ import (
 // recoverDeliveries returns the partition's unacknowledged deliveries to the consumer, in
 // order, when this client holds the partition. It waits briefly for this client's own acks
 // to be settled first, so that few handled events are delivered again.
-func (pc *partConsumer) recoverDeliveries() {
-	pc.lastDSeq = 0
+//
+// It reports whether the partition's deliveries are accounted for. When the recovery could
+// not be done (the consumer unreachable during a server restart, the reset refused, the pin
+// not ours or not known yet) it returns false and keeps lastDSeq: the next pull's first
+// delivery then shows the gap again and the recovery is retried, instead of later events of
+// the lost deliveries' keys being handled before them.
+func (pc *partConsumer) recoverDeliveries() bool {
 	if pc.pinID == "" {
-		return
+		pc.lastDSeq = 0
+		return true
 	}
 	if pc.sub.bus.hasPending(pc) {
 		// A reset would deliver again the events the application still holds for Bus.Ack:
 		// lost deliveries come back after the ack timeout instead.
-		return
+		pc.lastDSeq = 0
+		return true
 	}
 	b := pc.sub.bus
 	ctx, cancel := context.WithTimeout(pc.sub.ctx, 5*time.Second)
 	defer cancel()
 	info, err := pc.settledInfo(ctx, 500*time.Millisecond)
-	if err != nil || info.NumAckPending == 0 || !pinnedBy(info, pc.pinID) {
-		return
+	if err != nil {
+		pc.log.Debug("consumer lookup for recovery failed; retrying", "err", err)
+		return false
+	}
+	if info.NumAckPending == 0 {
+		pc.lastDSeq = 0
+		return true
+	}
+	if !pinnedBy(info, pc.pinID) {
+		return false
 	}
 	if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
-		pc.log.Warn("returning lost deliveries failed; they come back after the ack timeout", "err", err)
+		pc.log.Warn("returning lost deliveries failed; retrying", "err", err)
+		return false
 	}
+	pc.lastDSeq = 0
+	return true
 }
 
 // settledInfo flushes this client's acks and returns the consumer's state once the server

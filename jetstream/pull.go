@@ -150,7 +150,9 @@ func (pc *partConsumer) run() {
 		// Deliveries sent to the pull that just ended may have been lost on the way (a
 		// reconnect, a consumer leader change): get them back now and in order rather than
 		// after the ack timeout and behind later events of their keys.
-		pc.recoverDeliveries()
+		if !pc.recoverDeliveries() {
+			clean = false // back off before the retry the next pull's gap will trigger
+		}
 		if clean {
 			backoff.Reset()
 			wait = false

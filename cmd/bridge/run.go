@@ -41,11 +41,16 @@ func bridgeSpec(cfg *config.Config) (process.Spec, error) {
 				return nil, err
 			}
 			env.OnClose(func(context.Context) error { return q.Close() })
-			if len(cfg.Ingress.Allow) > 0 || len(cfg.Changefeeds) > 0 || len(cfg.Outbox) > 0 {
-				log.Warn("ingress, changefeeds and outbox drainers are configured but not built into this bridge yet: they do not run",
-					"ingress_topics", len(cfg.Ingress.Allow), "changefeeds", len(cfg.Changefeeds), "outbox", len(cfg.Outbox))
+			feeds, err := changefeedComponents(ctx, env, q)
+			if err != nil {
+				return nil, err
 			}
-			return []process.Component{process.Sweeper(q, cfg.DLQ.SweepInterval)}, nil
+			ing, err := ingressComponents(ctx, env, cfg, q)
+			if err != nil {
+				return nil, err
+			}
+			comps := append([]process.Component{process.Sweeper(q, cfg.DLQ.SweepInterval)}, feeds...)
+			return append(comps, ing...), nil
 		},
 	}, nil
 }

@@ -164,8 +164,14 @@ func TestProcesses(t *testing.T) {
 		names[tp.Name] = tp.Partitions
 	}
 	assert.Equal(t, map[string]int{"orders": 4, "customers": 2}, names, "the configured topics, ensured")
-	require.Len(t, st.Components, 1)
-	assert.Equal(t, ops.ComponentStatus{Name: "dlq-sweeper", State: "running", Ready: true}, st.Components[0])
+	comps := map[string]ops.ComponentStatus{}
+	for _, c := range st.Components {
+		c.Detail = nil
+		comps[c.Name] = c
+	}
+	assert.Equal(t, ops.ComponentStatus{Name: "dlq-sweeper", State: "running", Ready: true}, comps["dlq-sweeper"])
+	assert.True(t, comps["changefeed/customers-cdc"].Ready, "the example's changefeed runs: %+v", comps)
+	assert.Equal(t, ops.ComponentStatus{Name: "ingress", State: "running", Ready: true}, comps["ingress"], "the example opens orders to ingress")
 	require.Len(t, st.Groups, 1)
 	assert.Equal(t, "orders-view", st.Groups[0].Group, "the declared projection's group")
 	assert.True(t, st.DLQ.Exists)

@@ -95,6 +95,7 @@ func init() {
 		"buildInfo":          cmdBuildInfo,
 		"buildinfo":          cmdBuildInfo,
 		"endSessions":        cmdEndSessions,
+		"killSessions":       cmdKillSessions,
 		"refreshSessions":    cmdPing,
 		"listDatabases":      cmdListDatabases,
 		"listCollections":    cmdListCollections,
@@ -420,6 +421,37 @@ func cmdEndSessions(r *request) (bson.D, error) {
 				}
 				delete(r.st.sessions, key)
 			}
+		}
+	}
+	return okReply(), nil
+}
+
+// cmdKillSessions kills the sessions whose ids are listed (every session for an empty list):
+// their open transactions are aborted, as MongoDB aborts unprepared transactions of killed
+// sessions. Unknown ids are ignored; a killed session may be used again.
+func cmdKillSessions(r *request) (bson.D, error) {
+	ids, ok := r.cmd[0].Value.(bson.A)
+	if !ok {
+		return nil, newErr(codeTypeMismatch, "BSON field 'killSessions' is the wrong type '%s', expected type 'array'", typeName(r.cmd[0].Value))
+	}
+	kill := func(sess *session) {
+		if sess.txn != nil && sess.txn.state == txnActive {
+			r.st.abortTxn(sess.txn)
+		}
+	}
+	if len(ids) == 0 {
+		for _, sess := range r.st.sessions {
+			kill(sess)
+		}
+		return okReply(), nil
+	}
+	for _, x := range ids {
+		d, ok := x.(bson.D)
+		if !ok {
+			return nil, newErr(codeTypeMismatch, "BSON field 'KillAllSessionsByPattern.lsid' is the wrong type '%s', expected type 'object'", typeName(x))
+		}
+		if sess := r.st.sessions[sessionKey(d)]; sess != nil {
+			kill(sess)
 		}
 	}
 	return okReply(), nil

@@ -132,8 +132,21 @@ func (r *request) waitIndexKeys(c *collection, doc bson.D) (bool, error) {
 	}
 }
 
-// write applies (or, inside a transaction, buffers) one document write.
+// maxBSONObjectSize is MongoDB's largest document, as hello reports it.
+const maxBSONObjectSize = 16 * 1024 * 1024
+
+// write applies (or, inside a transaction, buffers) one document write. A document larger
+// than maxBSONObjectSize is refused with BSONObjectTooLarge, as MongoDB refuses an insert,
+// an update or an upsert whose result is too large.
 func (r *request) write(c *collection, key string, doc bson.D, ev *event) error {
+	if doc != nil {
+		if raw, err := bson.Marshal(doc); err == nil && len(raw) > maxBSONObjectSize {
+			if ev.op == "insert" {
+				return newErr(codeBSONObjectTooLarge, "object to insert too large. size in bytes: %d, max size: %d", len(raw), maxBSONObjectSize)
+			}
+			return newErr(codeBSONObjectTooLarge, "Resulting document after update is larger than %d", maxBSONObjectSize)
+		}
+	}
 	if c.validation != nil {
 		if err := r.validate(c, key, doc); err != nil {
 			return err

@@ -31,7 +31,8 @@
 //     hello (topologyVersion + maxAwaitTimeMS) waits as the driver's monitor expects, but
 //     at most 500 ms, so that a check started just after an application error cannot
 //     stall the driver's retry for a whole heartbeat interval.
-//   - ping, buildInfo, endSessions, refreshSessions, listDatabases (filter, nameOnly),
+//   - ping, buildInfo, endSessions, refreshSessions, killSessions (aborts the sessions'
+//     open transactions), listDatabases (filter, nameOnly),
 //     listCollections (filter, nameOnly), create (with changeStreamPreAndPostImages and
 //     validators), drop, dropDatabase, getMore, killCursors, count (query, skip, limit,
 //     hint).
@@ -45,6 +46,9 @@
 //     execution with writeErrors carrying their index; n, nModified and upserted as MongoDB
 //     reports them; _id generated as an ObjectId and stored first; '$'-prefixed field names
 //     in _id refused (52). As in 7.0, an update statement's sort is an unknown field (40415).
+//   - A document larger than 16 MiB (maxBsonObjectSize), however it would be written (insert,
+//     update, replacement, pipeline update, upsert, findAndModify), is refused with
+//     BSONObjectTooLarge (10334), a write error of that statement only.
 //   - Write concerns: every command that takes one runs, then reports a w greater than one
 //     as writeConcernError UnsatisfiableWriteConcern (100) and a tag set as
 //     UnknownReplWriteConcern (79), as the primary of a one-member replica set does.

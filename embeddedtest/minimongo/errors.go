@@ -43,9 +43,11 @@ const (
 	codeInvalidPipelineOperator   = 168
 	codeDocumentValidation        = 121
 	codeDollarPrefixedField       = 52
+	codeBSONObjectTooLarge        = 10334
 )
 
 var codeNames = map[int32]string{
+	codeBSONObjectTooLarge:             "BSONObjectTooLarge",
 	codeBadValue:                       "BadValue",
 	codeInvalidBSON:                    "InvalidBSON",
 	codeFailedToParse:                  "FailedToParse",

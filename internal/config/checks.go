@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/ingress"
 )
 
 // checks are the named checks of the check tag. Each gets a non-empty string (a scalar, a list
@@ -19,7 +20,7 @@ var checks = map[string]func(string) error{
 	"group": jetbus.ValidateGroup,
 	"name":  matches(namePattern, "a name"),
 	"topic-template": func(s string) error {
-		return jetbus.ValidateTopic(strings.ReplaceAll(s, "{collection}", "x"))
+		return jetbus.ValidateTopic(strings.NewReplacer("{collection}", "x", "{database}", "x").Replace(s))
 	},
 	"nats-url": func(s string) error {
 		u, err := url.Parse(s)
@@ -73,6 +74,9 @@ var checks = map[string]func(string) error{
 			return fmt.Errorf("%q is not an aggregation stage (e.g. $match)", s)
 		}
 		return nil
+	},
+	"reply-prefix": func(s string) error {
+		return ingress.ValidateReplyPrefix(s) // the rule ingress.Config.Validate applies
 	},
 	"path": func(string) error { return nil }, // resolved against the file's directory
 	"dir":  func(string) error { return nil }, // resolved, then checked by Load

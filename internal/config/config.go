@@ -98,9 +98,13 @@ type DLQ struct {
 
 // Ingress configures the ingress service.
 type Ingress struct {
-	Allow          []string `yaml:"allow" check:"topic" desc:"Topics plain NATS clients may publish to (as in.<topic>); each must be declared in topics." example:"[orders]"`
-	MaxMessageSize ByteSize `yaml:"max_message_size" default:"1MiB" min:"1" desc:"Largest payload accepted; larger ones are refused with code too_large."`
-	MaxInFlight    int      `yaml:"max_in_flight" default:"1000" min:"1" desc:"Publishes awaiting JetStream's acknowledgement at once; ingress stops reading beyond it (back-pressure)."`
+	Allow          []string      `yaml:"allow" check:"topic" desc:"Topics plain NATS clients may publish to (as in.<topic>); each must be declared in topics." example:"[orders]"`
+	MaxMessageSize ByteSize      `yaml:"max_message_size" default:"1MiB" min:"1" desc:"Largest payload accepted; larger ones are refused with code too_large."`
+	MaxInFlight    int           `yaml:"max_in_flight" default:"1000" min:"1" desc:"Messages held at once (awaiting JetStream's acknowledgement, a retry or a dead letter); ingress stops reading beyond it (back-pressure)."`
+	MaxPending     int           `yaml:"max_pending" default:"65536" min:"1" desc:"Messages NATS buffers for ingress while it is not reading; beyond this or max_pending_bytes NATS drops them (counted in ingress_dropped_total)."`
+	MaxPendingSize ByteSize      `yaml:"max_pending_bytes" default:"64MiB" min:"1" desc:"Bytes NATS buffers for ingress while it is not reading (see max_pending)."`
+	AckTimeout     time.Duration `yaml:"ack_timeout" default:"5s" min:"1" desc:"How long ingress waits for JetStream's acknowledgement before answering a request unavailable (with the event ID to retry with)."`
+	ReplyPrefixes  []string      `yaml:"reply_prefixes" default:"[_INBOX]" check:"reply-prefix" desc:"Subject prefixes ingress replies to; a request with another reply subject is refused (not_allowed) and dead-lettered, so clients cannot make ingress publish elsewhere." example:"[_INBOX, _INBOX_app.]"`
 }
 
 // Changefeed is one MongoDB change stream published into a topic.
@@ -108,8 +112,9 @@ type Changefeed struct {
 	Name          string        `yaml:"name" required:"true" check:"name" desc:"Feed name: its resume token key in KV and its lease." example:"orders-cdc"`
 	Database      string        `yaml:"database" check:"database" desc:"Database watched (default mongo.database)." example:"shop"`
 	Collection    string        `yaml:"collection" check:"collection" desc:"Collection watched; empty watches the whole database." example:"orders"`
-	Pipeline      []Stage       `yaml:"pipeline" check:"pipeline" desc:"Aggregation stages applied to the change stream, e.g. a $match." example:"[{$match: {operationType: {$in: [insert, update, replace, delete]}}}]"`
-	Topic         string        `yaml:"topic" required:"true" check:"topic-template" desc:"Target topic; {collection} is replaced by the change's collection (one topic per collection)." example:"shop.orders"`
+	Deployment    bool          `yaml:"deployment" desc:"Watch every database of the deployment (but admin, config and local); database and collection stay empty."`
+	Pipeline      []Stage       `yaml:"pipeline" check:"pipeline" desc:"Aggregation stages applied to the change stream (and to a copy's documents, shaped as insert events): $match, $project, $addFields, $set, $unset, keeping _id, operationType, ns, documentKey and clusterTime." example:"[{$match: {operationType: {$in: [insert, update, replace, delete]}}}]"`
+	Topic         string        `yaml:"topic" required:"true" check:"topic-template" desc:"Target topic; {collection} is replaced by the change's collection and {database} (deployment feeds) by its database: one topic per collection." example:"shop.orders"`
 	Format        string        `yaml:"format" default:"document" enum:"document|envelope" desc:"document: the full document (a delete is a tombstone); envelope: op, before, after, updateDescription, source."`
 	FullDocument  string        `yaml:"full_document" default:"updateLookup" enum:"updateLookup|whenAvailable|required" desc:"How updates get the full document: looked up, or from post-images."`
 	Start         string        `yaml:"start" default:"latest" enum:"latest|timestamp|copy_existing" desc:"Where a feed without a saved position starts: new changes only, changes since start_at, or a copy of every existing document first."`
@@ -124,7 +129,7 @@ type Stage = map[string]any
 
 // Outbox is one outbox collection drained into topics.
 type Outbox struct {
-	Name       string        `yaml:"name" required:"true" check:"name" desc:"Drainer name: its lease and saved position." example:"shop-outbox"`
+	Name       string        `yaml:"name" required:"true" check:"name" desc:"Drainer name: its lease. What is pending is the collection itself (documents not deleted, or not marked sent)." example:"shop-outbox"`
 	Database   string        `yaml:"database" check:"database" desc:"Database of the outbox collection (default mongo.database)." example:"shop"`
 	Collection string        `yaml:"collection" required:"true" check:"collection" desc:"The outbox collection; documents {_id: event ID, topic, key, payload, headers, ts}." example:"outbox"`
 	After      string        `yaml:"after" default:"delete" enum:"delete|mark" desc:"What happens to a document once published: deleted, or marked sent and expired by a TTL index after retention."`

@@ -84,10 +84,16 @@ func (c *Config) crossCheck(is *issues) {
 
 	unique("changefeeds", "name", len(c.Changefeeds), func(i int) string { return c.Changefeeds[i].Name })
 	for i, f := range c.Changefeeds {
-		if !strings.Contains(f.Topic, "{") {
+		switch {
+		case !strings.Contains(f.Topic, "{"):
 			unknownTopic(idx("changefeeds", i, "topic"), f.Topic)
-		} else if f.Collection != "" {
+		case strings.Contains(f.Topic, "{collection}") && f.Collection != "":
 			is.add(idx("changefeeds", i, "topic"), "{collection} needs a feed of a whole database (collection empty)")
+		case strings.Contains(f.Topic, "{database}") && !f.Deployment:
+			is.add(idx("changefeeds", i, "topic"), "{database} needs a feed of the deployment (deployment: true)")
+		}
+		if f.Deployment && (f.Database != "" || f.Collection != "") {
+			is.add(idx("changefeeds", i, "deployment"), "a feed of the deployment names no database or collection")
 		}
 		switch {
 		case f.Start == "timestamp" && f.StartAt.IsZero():

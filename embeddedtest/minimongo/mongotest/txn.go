@@ -19,6 +19,7 @@ func count(t *testing.T, ctx context.Context, coll *mongo.Collection, filter any
 }
 
 var txnTests = map[string]func(t *testing.T, env Env){
+	"KillSessionsAbortsItsTransaction": killSessionsAbortsTransaction,
 	"ConcurrentTransactions": func(t *testing.T, env Env) {
 		ctx := ctxFor(t)
 		coll := env.DB.Collection("c")
@@ -300,4 +301,43 @@ var txnTests = map[string]func(t *testing.T, env Env){
 		requireCode(t, sess.CommitTransaction(ctx), 251)
 		require.Equal(t, int64(1), count(t, ctx, coll, D()))
 	},
+}
+
+// killSessionsAbortsTransaction: killSessions aborts the open transaction of a session (a
+// client that died mid-transaction), so another transaction may write the documents it held
+// at once instead of conflicting until the transaction lifetime ends; the killed session's
+// commit then fails with NoSuchTransaction.
+func killSessionsAbortsTransaction(t *testing.T, env Env) {
+	ctx := ctxFor(t)
+	coll := env.DB.Collection("k")
+	_, err := coll.InsertOne(ctx, D("_id", "held", "n", 0))
+	require.NoError(t, err)
+	dead, err := env.DB.Client().StartSession()
+	require.NoError(t, err)
+	defer dead.EndSession(ctx)
+	require.NoError(t, dead.StartTransaction())
+	_, err = coll.UpdateOne(mongo.NewSessionContext(ctx, dead), D("_id", "held"), D("$inc", D("n", 1)))
+	require.NoError(t, err)
+
+	other, err := env.DB.Client().StartSession()
+	require.NoError(t, err)
+	defer other.EndSession(ctx)
+	require.NoError(t, other.StartTransaction())
+	_, err = coll.UpdateOne(mongo.NewSessionContext(ctx, other), D("_id", "held"), D("$inc", D("n", 10)))
+	requireCode(t, err, 112)
+	_ = other.AbortTransaction(ctx)
+
+	require.NoError(t, env.DB.Client().Database("admin").RunCommand(ctx, D("killSessions", A(D("id", dead.ID().Lookup("id"))))).Err())
+
+	require.NoError(t, other.StartTransaction())
+	_, err = coll.UpdateOne(mongo.NewSessionContext(ctx, other), D("_id", "held"), D("$inc", D("n", 10)))
+	require.NoError(t, err)
+	require.NoError(t, other.CommitTransaction(ctx))
+	err = dead.CommitTransaction(ctx)
+	requireCode(t, err, 251)
+	var got struct {
+		N int `bson:"n"`
+	}
+	require.NoError(t, coll.FindOne(ctx, D("_id", "held")).Decode(&got))
+	require.Equal(t, 10, got.N)
 }

@@ -1,0 +1,205 @@
+package changefeed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/jetstream"
+	"github.com/jetbus/jetbus/schema"
+)
+
+// Publisher is what feeds and drainers need of the Bus: pipelined publishes, and the
+// JetStream context for their KV buckets. *jetstream.Bus has it; open it with the schema
+// registry's publish middleware so that changes are validated against their topic's schema.
+type Publisher interface {
+	PublishAsync(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*jetstream.PublishFuture, error)
+	JetStream() natsjs.JetStream
+}
+
+// Rejecter keeps what cannot be published. *dlq.Queue has it.
+type Rejecter interface {
+	Reject(ctx context.Context, r dlq.Rejected) (uint64, error)
+}
+
+var (
+	_ Publisher = (*jetstream.Bus)(nil)
+	_ Rejecter  = (*dlq.Queue)(nil)
+)
+
+// message is one event to publish.
+type message struct {
+	topic   string
+	payload []byte
+	id      string
+	key     string
+	ts      time.Time
+	headers map[string]string
+	opts    []jetbus.PublishOption // more options (the outbox's SID, tags, caused-by)
+	// change is the change the message was made from, if any: the dead letter of a message
+	// too large to publish holds its summary instead of the payload.
+	change *change
+}
+
+// sender publishes a runner's messages and dead-letters those that can never be published.
+type sender struct {
+	bus       Publisher
+	dlq       Rejecter // nil: a message that cannot be published stops the runner
+	by        string   // the dead letters' group: "changefeed-<name>", "outbox-<name>"
+	source    string   // their original subject: "changefeed.<name>", "outbox.<name>"
+	templated bool     // topics come from a template: a missing topic is the message's fault
+	log       *slog.Logger
+}
+
+// send publishes m asynchronously. When m can never be published (rejectable), it stores m
+// in the DLQ instead and returns rejected; a nil future and a nil error then mean m is done.
+// Any other error stops the runner, which starts again from its position.
+func (s *sender) send(ctx context.Context, m *message) (fut *jetstream.PublishFuture, rejected bool, err error) {
+	opts := make([]jetbus.PublishOption, 0, 4+len(m.opts))
+	opts = append(opts, jetbus.WithID(m.id), jetbus.WithKey(m.key))
+	if !m.ts.IsZero() {
+		opts = append(opts, jetbus.WithTS(m.ts))
+	}
+	if len(m.headers) > 0 {
+		opts = append(opts, jetbus.WithHeaders(m.headers))
+	}
+	opts = append(opts, m.opts...)
+	fut, err = s.bus.PublishAsync(ctx, m.topic, json.RawMessage(m.payload), opts...)
+	if err == nil {
+		return fut, false, nil
+	}
+	if !rejectable(err, s.templated) {
+		return nil, false, err
+	}
+	if err := s.reject(ctx, m, err); err != nil {
+		return nil, false, err
+	}
+	return nil, true, nil
+}
+
+// sendSync publishes m and waits for the acknowledgement; dup reports that the server had the
+// event already.
+func (s *sender) sendSync(ctx context.Context, m *message) (dup, rejected bool, err error) {
+	fut, rejected, err := s.send(ctx, m)
+	if err != nil || rejected {
+		return false, rejected, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	if _, err := fut.Wait(wctx); err != nil {
+		return false, false, err
+	}
+	return fut.Duplicate(), false, nil
+}
+
+// rejectable reports whether err says that the message itself can never be published, so
+// that it goes to the DLQ and the runner continues: too large, refused by the topic's schema,
+// a key or header that cannot travel, a templated topic that is not a valid name or does not
+// exist. Everything else (a server unavailable, a stream deleted, an unknown error) stops the
+// runner until it goes away: nothing is skipped.
+func rejectable(err error, templated bool) bool {
+	switch {
+	case errors.Is(err, jetbus.ErrMessageTooLarge),
+		errors.Is(err, schema.ErrInvalid),
+		errors.Is(err, schema.ErrNoSchema),
+		errors.Is(err, jetbus.ErrInvalidKey),
+		errors.Is(err, jetbus.ErrInvalidHeader),
+		errors.Is(err, jetbus.ErrInvalidPayload),
+		errors.Is(err, jetbus.ErrInvalidOption):
+		return true
+	case errors.Is(err, jetbus.ErrInvalidTopic), errors.Is(err, jetbus.ErrTopicNotFound):
+		return templated
+	}
+	return false
+}
+
+// reject stores m in the DLQ with reason changefeed.
+func (s *sender) reject(ctx context.Context, m *message, cause error) error {
+	if s.dlq == nil {
+		return fmt.Errorf("changefeed: cannot publish key %s to %s and no DLQ is set: %w", strconv.Quote(m.key), m.topic, cause)
+	}
+	data := m.payload
+	if errors.Is(cause, jetbus.ErrMessageTooLarge) && m.change != nil {
+		data = summary(m.change, m.key, len(m.payload))
+	}
+	h := nats.Header{}
+	h.Set(jetbus.HeaderContentType, jetbus.ContentTypeJSON)
+	for k, v := range m.headers {
+		// Only headers a publisher may set: a reserved one (x-dlq-…) from an outbox
+		// document must not reach the dead letter.
+		if jetbus.ValidateHeaderName(k) == nil && jetbus.ValidateHeaderValue(k, v) == nil {
+			h.Set(k, v)
+		}
+	}
+	key := m.key
+	if jetbus.ValidateKey(key) != nil {
+		key = "" // it cannot travel in a header; the error names it
+	}
+	seq, err := s.dlq.Reject(ctx, dlq.Rejected{
+		Topic:  m.topic,
+		Source: s.source,
+		By:     s.by,
+		ID:     m.id,
+		Key:    key,
+		Header: h,
+		Data:   data,
+		Reason: dlq.ReasonChangefeed,
+		Err:    fmt.Errorf("document key %s: %w", strconv.Quote(m.key), cause),
+	})
+	if err != nil {
+		return fmt.Errorf("changefeed: dead-letter key %s: %w", strconv.Quote(m.key), err)
+	}
+	s.log.Warn("change dead-lettered", "topic", m.topic, "key", m.key, "id", m.id, "dlq_seq", seq, "err", cause)
+	return nil
+}
+
+// recovery publishes, after a failed publish, the messages that were in flight one at a
+// time, and repairs per-key order: a message the server had already stored (duplicate) that
+// follows, in the same key, a message it stores only now was stored out of order (an earlier
+// publish was lost while a later one landed, as in a leader change); it is published again
+// with the ID suffix "~r" so the key's last event is its latest.
+type recovery struct {
+	left  int
+	fresh map[string]bool
+}
+
+func newRecovery(n int) *recovery {
+	if n <= 0 {
+		return nil
+	}
+	return &recovery{left: n, fresh: map[string]bool{}}
+}
+
+// active reports whether the next message is still in the recovery range.
+func (r *recovery) active() bool { return r != nil && r.left > 0 }
+
+// send publishes m synchronously with repair; dup and rejected as sendSync.
+func (r *recovery) send(ctx context.Context, s *sender, m *message) (dup, rejected bool, err error) {
+	r.left--
+	dup, rejected, err = s.sendSync(ctx, m)
+	if err != nil || rejected {
+		return dup, rejected, err
+	}
+	if !dup {
+		r.fresh[m.key] = true
+		return false, false, nil
+	}
+	if r.fresh[m.key] {
+		again := *m
+		again.id = m.id + "~r"
+		if _, _, err := s.sendSync(ctx, &again); err != nil {
+			return true, false, err
+		}
+		s.log.Warn("re-published an event stored before an earlier event of its key", "topic", m.topic, "key", m.key, "id", again.id)
+	}
+	return true, false, nil
+}

@@ -1,0 +1,111 @@
+package ingress
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// otherTopic labels the refusals of subjects that are not an allowed topic, so that clients
+// cannot create series at will.
+const otherTopic = "_other"
+
+var msBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+
+// metrics are ingress's Prometheus metrics. Several ingresses in one process share them.
+type metrics struct {
+	accepted    *prometheus.CounterVec
+	duplicates  *prometheus.CounterVec
+	rejected    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	inflight    prometheus.Gauge
+	stalled     prometheus.Gauge
+	stalls      prometheus.Counter
+	stalledSecs prometheus.Counter
+	unavailable prometheus.Gauge
+	dropped     prometheus.Counter
+	abandoned   prometheus.Counter
+}
+
+func newMetrics(r prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingress_accepted_total",
+			Help: "Messages stored by ingress (duplicates included), by topic."}, []string{"topic"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingress_duplicates_total",
+			Help: "Messages whose Nats-Msg-Id JetStream already held (answered duplicate: true), by topic."}, []string{"topic"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingress_rejected_total",
+			Help: "Messages refused, by topic (_other for subjects that are not an allowed topic) and code."}, []string{"topic", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ingress_publish_duration_ms",
+			Help: "From receipt to JetStream's acknowledgement, in milliseconds, by topic.", Buckets: msBuckets}, []string{"topic"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingress_inflight",
+			Help: "Messages held: awaiting JetStream's acknowledgement, a retry or a dead letter."}),
+		stalled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingress_backpressure",
+			Help: "1 while ingress has stopped taking messages because max_in_flight are held."}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_backpressure_total",
+			Help: "Times ingress stopped taking messages because max_in_flight were held."}),
+		stalledSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_backpressure_seconds_total",
+			Help: "Time ingress spent not taking messages because max_in_flight were held."}),
+		unavailable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ingress_jetstream_unavailable",
+			Help: "1 while JetStream does not store ingress's events: requests are answered unavailable, fire-and-forget messages wait."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_dropped_total",
+			Help: "Messages NATS dropped before ingress took them: the subscription's pending buffer was full (slow consumer)."}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_abandoned_total",
+			Help: "Fire-and-forget messages neither stored nor dead-lettered when ingress stopped (JetStream or the DLQ unreachable until the drain deadline)."}),
+	}
+	if r == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.rejected, m.latency, m.inflight, m.stalled,
+		m.stalls, m.stalledSecs, m.unavailable, m.dropped, m.abandoned} {
+		if err := r.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			switch c {
+			case m.accepted:
+				m.accepted = are.ExistingCollector.(*prometheus.CounterVec)
+			case m.duplicates:
+				m.duplicates = are.ExistingCollector.(*prometheus.CounterVec)
+			case m.rejected:
+				m.rejected = are.ExistingCollector.(*prometheus.CounterVec)
+			case m.latency:
+				m.latency = are.ExistingCollector.(*prometheus.HistogramVec)
+			case m.inflight:
+				m.inflight = are.ExistingCollector.(prometheus.Gauge)
+			case m.stalled:
+				m.stalled = are.ExistingCollector.(prometheus.Gauge)
+			case m.stalls:
+				m.stalls = are.ExistingCollector.(prometheus.Counter)
+			case m.stalledSecs:
+				m.stalledSecs = are.ExistingCollector.(prometheus.Counter)
+			case m.unavailable:
+				m.unavailable = are.ExistingCollector.(prometheus.Gauge)
+			case m.dropped:
+				m.dropped = are.ExistingCollector.(prometheus.Counter)
+			case m.abandoned:
+				m.abandoned = are.ExistingCollector.(prometheus.Counter)
+			}
+		}
+	}
+	return m, nil
+}
+
+// topicMetrics are one allowed topic's series, resolved once.
+type topicMetrics struct {
+	accepted, duplicates prometheus.Counter
+	latency              prometheus.Observer
+	rejected             [7]prometheus.Counter // by Code.index
+}
+
+func (m *metrics) topic(t string) *topicMetrics {
+	tm := &topicMetrics{
+		accepted:   m.accepted.WithLabelValues(t),
+		duplicates: m.duplicates.WithLabelValues(t),
+		latency:    m.latency.WithLabelValues(t),
+	}
+	for i, c := range Codes {
+		tm.rejected[i] = m.rejected.WithLabelValues(t, string(c))
+	}
+	return tm
+}

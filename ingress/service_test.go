@@ -1,0 +1,85 @@
+package ingress_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetbus/jetbus/ingress"
+	jbjs "github.com/jetbus/jetbus/jetstream"
+)
+
+// TestServiceDiscoveryAndMetrics: ingress is a NATS micro service any NATS tool finds
+// ($SRV.PING, $SRV.INFO, $SRV.STATS, as `nats micro` does), and its counters agree with its
+// Prometheus metrics.
+func TestServiceDiscoveryAndMetrics(t *testing.T) {
+	e := newEnv(t, jbjs.TopicConfig{Name: "orders"})
+	g := e.run(ingress.Config{Allow: []string{"orders"}})
+	nc := client(t, e.url)
+
+	decodeOK(t, request(t, nc, "in.orders", []byte(`{"n":1}`)))
+	decodeOK(t, request(t, nc, "in.orders", []byte(`{"n":2}`)))
+	decodeErr(t, request(t, nc, "in.nope", []byte(`{}`)))
+	decodeErr(t, request(t, nc, "in.orders", []byte(`{`)))
+
+	var ping struct{ Name, Type, Version string }
+	resp, err := nc.Request("$SRV.PING.jetbus-ingress", nil, wait)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(resp.Data, &ping))
+	assert.Equal(t, ingress.ServiceName, ping.Name)
+	assert.Equal(t, "io.nats.micro.v1.ping_response", ping.Type)
+	assert.Equal(t, ingress.ServiceVersion, ping.Version)
+
+	var info struct {
+		Endpoints []struct {
+			Name       string            `json:"name"`
+			Subject    string            `json:"subject"`
+			QueueGroup string            `json:"queue_group"`
+			Metadata   map[string]string `json:"metadata"`
+		} `json:"endpoints"`
+	}
+	resp, err = nc.Request("$SRV.INFO.jetbus-ingress", nil, wait)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(resp.Data, &info))
+	require.Len(t, info.Endpoints, 1)
+	ep := info.Endpoints[0]
+	assert.Equal(t, ingress.EndpointName, ep.Name)
+	assert.Equal(t, "in.>", ep.Subject)
+	assert.Equal(t, "jetbus-ingress", ep.QueueGroup)
+	assert.Equal(t, "orders", ep.Metadata["allow"])
+
+	var stats struct {
+		Endpoints []struct {
+			NumRequests int           `json:"num_requests"`
+			Data        ingress.Stats `json:"data"`
+		} `json:"endpoints"`
+	}
+	resp, err = nc.Request("$SRV.STATS.jetbus-ingress", nil, wait)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(resp.Data, &stats))
+	require.Len(t, stats.Endpoints, 1)
+	st := stats.Endpoints[0]
+	assert.Equal(t, 4, st.NumRequests)
+	assert.Equal(t, uint64(2), st.Data.Accepted)
+	assert.Equal(t, map[ingress.Code]uint64{ingress.CodeNotAllowed: 1, ingress.CodeNotJSON: 1}, st.Data.Rejected)
+	assert.Equal(t, g.Stats(), st.Data)
+
+	assert.Equal(t, 2.0, metricValue(t, g, "ingress_accepted_total", "topic", "orders"))
+	assert.Equal(t, 2.0, metricValue(t, g, "ingress_publish_duration_ms", "topic", "orders"))
+	assert.Equal(t, 1.0, metricValue(t, g, "ingress_rejected_total", "topic", "_other", "code", "not_allowed"),
+		"topics that are not allowed share one label")
+	assert.Equal(t, 1.0, metricValue(t, g, "ingress_rejected_total", "topic", "orders", "code", "not_json"))
+	assert.Zero(t, metricValue(t, g, "ingress_inflight"))
+	assert.Zero(t, metricValue(t, g, "ingress_jetstream_unavailable"))
+
+	st2, err := g.Status(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, g.Stats(), st2)
+	require.NoError(t, g.stop(t))
+	assert.Error(t, g.Ready(t.Context()), "not ready once stopped")
+	_, err = nc.Request("$SRV.PING.jetbus-ingress", nil, 200*time.Millisecond)
+	assert.Error(t, err, "the service is gone")
+}

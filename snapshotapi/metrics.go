@@ -1,0 +1,93 @@
+package snapshotapi
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the API's Prometheus metrics; a nil *metrics records nothing.
+//
+//	snapshotapi_requests_total{route,view,code}        requests answered, by route template and status
+//	snapshotapi_request_duration_seconds{route}        latency
+//	snapshotapi_conditional_requests_total{route,result}  requests with a validator: not_modified, modified or failed (412)
+//	snapshotapi_cache_lookups_total{result}            document cache: hit, miss, bypass (after=, or the cache not live)
+//
+// The 304 ratio is snapshotapi_conditional_requests_total{result="not_modified"} over the
+// sum of that metric, or over snapshotapi_requests_total for the share of all requests.
+type metrics struct {
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	conditional *prometheus.CounterVec
+	cache       *prometheus.CounterVec
+}
+
+func newMetrics(r prometheus.Registerer) (*metrics, error) {
+	if r == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_requests_total",
+			Help: "Snapshot API requests answered, by route template, view and status code."}, []string{"route", "view", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "snapshotapi_request_duration_seconds",
+			Help: "Snapshot API request latency.", Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"route"}),
+		conditional: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_conditional_requests_total",
+			Help: "Snapshot API requests carrying a validator, by result: not_modified (304), modified (200), failed (412)."}, []string{"route", "result"}),
+		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_cache_lookups_total",
+			Help: "Document cache lookups: hit, miss, bypass."}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.conditional, m.cache} {
+		if err := r.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+			// Several Servers in one process share the collectors.
+			switch c {
+			case m.requests:
+				m.requests = are.ExistingCollector.(*prometheus.CounterVec)
+			case m.duration:
+				m.duration = are.ExistingCollector.(*prometheus.HistogramVec)
+			case m.conditional:
+				m.conditional = are.ExistingCollector.(*prometheus.CounterVec)
+			case m.cache:
+				m.cache = are.ExistingCollector.(*prometheus.CounterVec)
+			}
+		}
+	}
+	return m, nil
+}
+
+var codeText = func() map[int]string {
+	m := map[int]string{}
+	for _, c := range []int{200, 304, 400, 401, 403, 404, 405, 412, 413, 422, 431, 500, 503} {
+		m[c] = strconv.Itoa(c)
+	}
+	return m
+}()
+
+func (m *metrics) request(route, view string, code int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	text, ok := codeText[code]
+	if !ok {
+		text = strconv.Itoa(code)
+	}
+	m.requests.WithLabelValues(route, view, text).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+func (m *metrics) conditionalResult(route, result string) {
+	if m != nil {
+		m.conditional.WithLabelValues(route, result).Inc()
+	}
+}
+
+func (m *metrics) cacheLookup(result string) {
+	if m != nil {
+		m.cache.WithLabelValues(result).Inc()
+	}
+}

@@ -1,0 +1,388 @@
+package snapshotapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/jetbus/jetbus/schema"
+)
+
+// /openapi.json: an OpenAPI 3.1 document of the API as configured, one path per view so
+// that each view's filters, orders and fields are typed. A view whose topic has a schema in
+// the registry gets it as components.schemas["Payload.<view>"], and its item schema takes
+// its fields' subschemas from there (local $refs rewritten to the new place); fields without
+// one take the declared filter type, or any JSON value. The document is public: it names
+// views and fields, never data.
+
+// openAPICache keeps the last document, rebuilt when a topic's latest schema changes.
+type openAPICache struct {
+	mu   sync.Mutex
+	key  string
+	body []byte
+	etag string
+}
+
+func (s *Server) getOpenAPI(c echo.Context) error {
+	body, etag := s.openAPIDocument(c.Request().Context())
+	h := c.Response().Header()
+	h.Set("Cache-Control", "no-cache")
+	addVary(h, "Accept-Encoding")
+	gz := acceptsGzip(c.Request())
+	if gz {
+		etag = strings.TrimSuffix(etag, `"`) + `-gz"`
+	}
+	h.Set("ETag", etag)
+	if stop, err := s.conditional(c, routeOpenAPI, validators{etag: etag}); stop || err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
+}
+
+// openAPIDocument returns the document and its entity tag.
+func (s *Server) openAPIDocument(ctx context.Context) ([]byte, string) {
+	payloads := map[string]*schema.Version{}
+	var key strings.Builder
+	if s.schemas != nil {
+		for _, v := range s.order {
+			ver, err := s.schemas.Latest(ctx, v.Topic)
+			if err != nil {
+				if !errors.Is(err, schema.ErrNoSchema) {
+					s.log.Warn("openapi.json: no schema from the registry", "topic", v.Topic, "error", err)
+				}
+				continue
+			}
+			payloads[v.Name] = ver
+			key.WriteString(v.Name + "\x00" + ver.Fingerprint + "\x00")
+		}
+	}
+	oc := &s.openapi
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	if oc.body != nil && oc.key == key.String() {
+		return oc.body, oc.etag
+	}
+	body, err := json.Marshal(s.buildOpenAPI(payloads))
+	if err != nil {
+		panic("snapshotapi: the OpenAPI document does not encode: " + err.Error())
+	}
+	sum := sha256.Sum256(body)
+	oc.key, oc.body, oc.etag = key.String(), body, `"o-`+base64.RawURLEncoding.EncodeToString(sum[:12])+`"`
+	return oc.body, oc.etag
+}
+
+type obj = map[string]any
+
+func ref(to string) obj { return obj{"$ref": "#/components/" + to} }
+
+var errorCodes = []string{CodeBadQuery, CodeBadCursor, CodeBadKey, CodeBadHeader, CodeQueryTooLong, CodeUnauthorized,
+	CodeForbidden, CodeNotFound, CodeUnknownView, CodeMethodNotAllowed, CodePrecondition, CodeBodyTooLarge, CodeNoHistory,
+	CodeHistoryExpired, CodeHeadersTooLarge, CodeNotApplied, CodeUnavailable, CodeTimeout, CodeInternal}
+
+func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
+	secured := !s.auth.open
+	schemas := obj{
+		"Error": obj{
+			"type": "object", "required": []string{"error"}, "additionalProperties": false,
+			"properties": obj{"error": obj{
+				"type": "object", "required": []string{"code", "message", "details"}, "additionalProperties": false,
+				"properties": obj{
+					"code":    obj{"type": "string", "enum": errorCodes},
+					"message": obj{"type": "string"},
+					"details": obj{"type": "object"},
+				},
+			}},
+		},
+	}
+	headers := obj{
+		"ETag":             obj{"description": "Strong entity tag of the representation (a key: from its _v; absent when a document has none).", "schema": obj{"type": "string"}},
+		"Last-Modified":    obj{"description": "Event time (_ts) of the version served.", "schema": obj{"type": "string"}},
+		"Cache-Control":    obj{"description": "The view's cache_control.", "schema": obj{"type": "string"}, "required": true},
+		"Link":             obj{"description": "RFC 8288 link to the next page (rel=\"next\"), when there is one.", "schema": obj{"type": "string"}},
+		"Retry-After":      obj{"description": "Seconds to wait before trying again.", "schema": obj{"type": "string"}},
+		"WWW-Authenticate": obj{"description": "RFC 6750 bearer challenge.", "schema": obj{"type": "string"}},
+	}
+	errResp := func(desc string, hdrs ...string) obj {
+		r := obj{"description": desc, "content": obj{"application/json": obj{"schema": ref("schemas/Error")}}}
+		if len(hdrs) > 0 {
+			h := obj{}
+			for _, name := range hdrs {
+				h[name] = ref("headers/" + name)
+			}
+			r["headers"] = h
+		}
+		return r
+	}
+	responses := obj{
+		"BadRequest":         errResp("The query, path or a header is malformed: bad_query, bad_cursor, bad_key, bad_header, query_too_long."),
+		"Unauthorized":       errResp("No, an invalid or an expired token: unauthorized.", "WWW-Authenticate"),
+		"Forbidden":          errResp("The token may not read this view: forbidden.", "WWW-Authenticate"),
+		"NotFound":           errResp("No such key (or it was deleted), or no such view: not_found, unknown_view."),
+		"PreconditionFailed": errResp("If-Match or If-Unmodified-Since did not hold: precondition_failed."),
+		"Unprocessable":      errResp("at= cannot be answered: no_history, history_expired."),
+		"Unavailable":        errResp("after= not reached within wait (not_applied, with how far behind), or MongoDB unavailable or slow: unavailable, timeout.", "Retry-After"),
+		"Error":              errResp("Any other error (405, 413, 431, 500), in the same shape."),
+		"NotModified": obj{"description": "The representation matches If-None-Match (or If-Modified-Since).",
+			"headers": obj{"ETag": ref("headers/ETag"), "Cache-Control": ref("headers/Cache-Control")}},
+	}
+	params := obj{
+		"meta":  obj{"name": "meta", "in": "query", "description": "1 or true adds the internal fields _v (version) and _ts (event time).", "schema": obj{"type": "string", "enum": []string{"1", "true", "0", "false"}}},
+		"after": obj{"name": "after", "in": "query", "description": "Read-your-writes: answer once the view has applied these positions, <partition>:<seq>[,…], as Publish and ingress return them; else 503 not_applied.", "schema": obj{"type": "string", "pattern": `^[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*$`}},
+		"wait": obj{"name": "wait", "in": "query", "description": "How long after= may wait (a duration such as 2s; default " + s.cfg.DefaultWait.String() + ", at most " + s.cfg.MaxWait.String() + ").",
+			"schema": obj{"type": "string"}},
+		"If-None-Match":       obj{"name": "If-None-Match", "in": "header", "description": "Entity tags (or *): 304 when one matches (weak comparison).", "schema": obj{"type": "string"}},
+		"If-Match":            obj{"name": "If-Match", "in": "header", "description": "Entity tags (or *): 412 unless one matches (strong comparison).", "schema": obj{"type": "string"}},
+		"If-Modified-Since":   obj{"name": "If-Modified-Since", "in": "header", "description": "HTTP date: 304 when not modified since (ignored with If-None-Match).", "schema": obj{"type": "string"}},
+		"If-Unmodified-Since": obj{"name": "If-Unmodified-Since", "in": "header", "description": "HTTP date: 412 when modified since (ignored with If-Match).", "schema": obj{"type": "string"}},
+	}
+	condParams := []any{ref("parameters/If-None-Match"), ref("parameters/If-Match"), ref("parameters/If-Modified-Since"), ref("parameters/If-Unmodified-Since")}
+	errRefs := func(codes ...string) obj {
+		m := obj{}
+		for _, c := range codes {
+			switch c {
+			case "304":
+				m[c] = ref("responses/NotModified")
+			case "400":
+				m[c] = ref("responses/BadRequest")
+			case "401":
+				m[c] = ref("responses/Unauthorized")
+			case "403":
+				m[c] = ref("responses/Forbidden")
+			case "404":
+				m[c] = ref("responses/NotFound")
+			case "412":
+				m[c] = ref("responses/PreconditionFailed")
+			case "422":
+				m[c] = ref("responses/Unprocessable")
+			case "503":
+				m[c] = ref("responses/Unavailable")
+			}
+		}
+		m["default"] = ref("responses/Error")
+		return m
+	}
+	var security []any
+	if secured {
+		security = []any{obj{"bearer": []string{}}}
+	}
+	paths := obj{}
+	for _, v := range s.order {
+		item, payload := s.itemSchema(v, payloads[v.Name])
+		schemas["View."+v.Name] = item
+		if payload != nil {
+			schemas["Payload."+v.Name] = payload
+		}
+		schemas["List."+v.Name] = obj{
+			"type": "object", "required": []string{"items"}, "additionalProperties": false,
+			"properties": obj{
+				"items": obj{"type": "array", "items": ref("schemas/View." + v.Name)},
+				"next":  obj{"type": "string", "description": "Cursor of the next page (also in the Link header)."},
+			},
+		}
+		keyOK := errRefs("304", "400", "401", "403", "404", "412", "422", "503")
+		keyOK["200"] = obj{"description": "The document.",
+			"headers": obj{"ETag": ref("headers/ETag"), "Last-Modified": ref("headers/Last-Modified"), "Cache-Control": ref("headers/Cache-Control")},
+			"content": obj{"application/json": obj{"schema": ref("schemas/View." + v.Name)}}}
+		keyParams := append([]any{
+			obj{"name": "key", "in": "path", "required": true, "description": "The event key (URL-encoded).", "schema": obj{"type": "string"}},
+			ref("parameters/meta"),
+			obj{"name": "at", "in": "query", "description": "The key's state at this time (RFC 3339 or Unix ms), from the projection's history.", "schema": obj{"type": "string"}},
+			ref("parameters/after"), ref("parameters/wait"),
+		}, condParams...)
+		keyOp := func(head bool) obj {
+			op := obj{"operationId": "get_" + v.Name, "summary": "One document of view " + v.Name + ", by key.",
+				"tags": []string{v.Name}, "parameters": keyParams, "responses": keyOK}
+			if head {
+				op["operationId"] = "head_" + v.Name
+				op["summary"] = "Headers of one document of view " + v.Name + " (ETag, Last-Modified)."
+			}
+			if secured {
+				op["security"] = security
+			}
+			return op
+		}
+		paths["/v1/views/"+v.Name+"/{key}"] = obj{"get": keyOp(false), "head": keyOp(true)}
+
+		orders := []string{"_id.asc", "_id.desc"}
+		for _, f := range v.Sort {
+			orders = append(orders, f+".asc", f+".desc")
+		}
+		listParams := []any{
+			obj{"name": "order", "in": "query", "description": "Sort order; ties go by _id.", "schema": obj{"type": "string", "enum": orders}},
+			obj{"name": "limit", "in": "query", "description": "Page size (default and at most " + strconv.Itoa(v.MaxLimit) + ").", "schema": obj{"type": "integer", "minimum": 1, "maximum": v.MaxLimit}},
+			obj{"name": "cursor", "in": "query", "description": "The next cursor of the previous page (opaque; only for the same filters and order).", "schema": obj{"type": "string"}},
+			ref("parameters/meta"), ref("parameters/after"), ref("parameters/wait"),
+			ref("parameters/If-None-Match"), ref("parameters/If-Match"),
+		}
+		for _, f := range v.filterNames {
+			t := v.Filters[f]
+			ops := "eq, ne, gt, gte, lt, lte, in"
+			if t == String {
+				ops += ", prefix"
+			}
+			listParams = append(listParams, obj{"name": f, "in": "query", "explode": true,
+				"description": "Filter on " + f + " (" + string(t) + "): <op>.<value>, op one of " + ops + "; in.(a,b,\"c,d\"). Repeat for several conditions (all must hold).",
+				"schema":      obj{"type": "array", "items": obj{"type": "string", "pattern": `^(eq|ne|gt|gte|lt|lte|in|prefix)\.`}}})
+		}
+		listOK := errRefs("304", "400", "401", "403", "404", "412", "503")
+		listOK["200"] = obj{"description": "A page of documents.",
+			"headers": obj{"ETag": ref("headers/ETag"), "Link": ref("headers/Link"), "Cache-Control": ref("headers/Cache-Control")},
+			"content": obj{"application/json": obj{"schema": ref("schemas/List." + v.Name)}}}
+		listOp := func(head bool) obj {
+			op := obj{"operationId": "list_" + v.Name, "summary": "A page of view " + v.Name + ", filtered and ordered.",
+				"tags": []string{v.Name}, "parameters": listParams, "responses": listOK}
+			if head {
+				op["operationId"] = "head_list_" + v.Name
+				op["summary"] = "Headers of a page of view " + v.Name + "."
+			}
+			if secured {
+				op["security"] = security
+			}
+			return op
+		}
+		paths["/v1/views/"+v.Name] = obj{"get": listOp(false), "head": listOp(true)}
+	}
+	docOK := obj{"200": obj{"description": "This document.", "content": obj{"application/json": obj{"schema": obj{"type": "object"}}}},
+		"304": ref("responses/NotModified"), "default": ref("responses/Error")}
+	paths["/openapi.json"] = obj{
+		"get":  obj{"operationId": "openapi", "summary": "The OpenAPI 3.1 document of this API.", "security": []any{}, "responses": docOK},
+		"head": obj{"operationId": "head_openapi", "summary": "Headers of the OpenAPI document.", "security": []any{}, "responses": docOK},
+	}
+	components := obj{"schemas": schemas, "responses": responses, "parameters": params, "headers": headers}
+	if secured {
+		components["securitySchemes"] = obj{"bearer": obj{"type": "http", "scheme": "bearer",
+			"description": "A static token from the configuration, or a JWT whose scope claim lists the views."}}
+	}
+	doc := obj{
+		"openapi": "3.1.0",
+		"info": obj{"title": "jetbus snapshot API", "version": "1",
+			"description": "Materialized views of jetbus topics, read-only. Errors are {\"error\":{\"code\",\"message\",\"details\"}}. " +
+				"Responses carry strong ETags; If-None-Match answers 304. Lists page with an opaque cursor and Link rel=\"next\"."},
+		"paths":      paths,
+		"components": components,
+	}
+	if secured {
+		doc["security"] = security
+	}
+	return doc
+}
+
+// itemSchema is the JSON Schema of a view's documents, and the registry's payload schema
+// (refs rewritten) to keep beside it.
+func (s *Server) itemSchema(v *view, ver *schema.Version) (obj, obj) {
+	var payload obj
+	var payloadProps obj
+	if ver != nil {
+		var doc any
+		if json.Unmarshal(ver.Schema, &doc) == nil {
+			if m, ok := doc.(obj); ok {
+				base := "#/components/schemas/Payload." + v.Name
+				m = rewriteRefs(m, base).(obj)
+				delete(m, "$id")
+				delete(m, "$schema")
+				m["description"] = "JSON Schema v" + strconv.Itoa(ver.Version) + " of topic " + ver.Topic + " (schema registry)."
+				payload = m
+				payloadProps, _ = m["properties"].(obj)
+			}
+		}
+	}
+	fieldSchema := func(f string) any {
+		if !strings.Contains(f, ".") {
+			if p, ok := payloadProps[f]; ok {
+				return p
+			}
+		}
+		switch v.Filters[f] {
+		case String, Time:
+			return obj{"type": []string{"string", "null"}}
+		case Number:
+			return obj{"type": []string{"number", "null"}}
+		case Bool:
+			return obj{"type": []string{"boolean", "null"}}
+		}
+		return obj{}
+	}
+	props := obj{
+		"_id": obj{"type": "string", "description": "The event key."},
+		"_v":  obj{"type": "integer", "description": "Version (with meta=1)."},
+		"_ts": obj{"type": "string", "format": "date-time", "description": "Event time (with meta=1)."},
+	}
+	item := obj{"type": "object", "required": []string{"_id"}, "properties": props}
+	if len(v.Fields) == 0 {
+		for name, p := range payloadProps {
+			if _, internal := props[name]; !internal {
+				props[name] = p
+			}
+		}
+		for f := range v.Filters {
+			if _, ok := props[f]; !ok && !strings.Contains(f, ".") {
+				props[f] = fieldSchema(f)
+			}
+		}
+	} else {
+		fields := append([]string(nil), v.Fields...)
+		sort.Strings(fields)
+		for _, f := range fields {
+			setPath(props, f, fieldSchema(f))
+		}
+		item["additionalProperties"] = false
+	}
+	if ver != nil {
+		item["description"] = "A document of view " + v.Name + "; payload fields as in topic " + ver.Topic + "'s schema v" + strconv.Itoa(ver.Version) + "."
+	}
+	return item, payload
+}
+
+// setPath puts sch at a dotted path of props, nesting {"properties": …} for the parents.
+func setPath(props obj, path string, sch any) {
+	head, rest, dotted := strings.Cut(path, ".")
+	if !dotted {
+		props[head] = sch
+		return
+	}
+	parent, _ := props[head].(obj)
+	if parent == nil {
+		parent = obj{}
+		props[head] = parent
+	}
+	sub, _ := parent["properties"].(obj)
+	if sub == nil {
+		sub = obj{}
+		parent["properties"] = sub
+	}
+	setPath(sub, rest, sch)
+}
+
+// rewriteRefs copies node with every local $ref ("#…") moved under base.
+func rewriteRefs(node any, base string) any {
+	switch n := node.(type) {
+	case obj:
+		out := make(obj, len(n))
+		for k, v := range n {
+			if s, ok := v.(string); ok && k == "$ref" && strings.HasPrefix(s, "#") {
+				if s == "#" || strings.HasPrefix(s, "#/") {
+					out[k] = base + strings.TrimPrefix(s, "#")
+					continue
+				}
+			}
+			out[k] = rewriteRefs(v, base)
+		}
+		return out
+	case []any:
+		out := make([]any, len(n))
+		for i, v := range n {
+			out[i] = rewriteRefs(v, base)
+		}
+		return out
+	}
+	return node
+}
