@@ -81,7 +81,7 @@ func checkExactlyOnce(t *testing.T, e *env, topic string, w *writer) {
 	made := int(w.made.Load())
 	evs := e.waitEvents(topic, made)
 	// Nothing more arrives: a late duplicate would show here.
-	require.Never(t, func() bool { return e.count(topic) > made }, 2*time.Second, 100*time.Millisecond, "more events than changes")
+	require.Never(t, func() bool { return e.countNow(topic) > made }, 2*time.Second, 100*time.Millisecond, "more events than changes")
 	require.Len(t, evs, made, "one event per change")
 	ids := map[string]bool{}
 	for _, ev := range evs {
@@ -130,7 +130,7 @@ func TestCrashMidStream(t *testing.T) {
 	w := startWriter(t, e.db.Collection("items"), 20, 2*time.Millisecond)
 	for i := range kills {
 		before := e.count("crash.items")
-		require.Eventually(t, func() bool { return e.count("crash.items") >= before+150 }, 60*time.Second, 5*time.Millisecond, "kill %d: feed publishes", i)
+		require.Eventually(t, func() bool { return e.countNow("crash.items") >= before+150 }, 60*time.Second, 5*time.Millisecond, "kill %d: feed publishes", i)
 		c.kill()
 		t.Logf("kill %d after %d events, %d changes made", i+1, e.count("crash.items"), w.made.Load())
 		c = startChild(t, spec)
@@ -172,7 +172,7 @@ func TestStandbyTakeover(t *testing.T) {
 		return active != "" && savedPosition(t, e.bus.JetStream(), "standby") != nil
 	}, 30*time.Second, 20*time.Millisecond)
 	w := startWriter(t, e.db.Collection("items"), 10, 2*time.Millisecond)
-	require.Eventually(t, func() bool { return e.count("standby.items") >= 200 }, 60*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return e.countNow("standby.items") >= 200 }, 60*time.Second, 5*time.Millisecond)
 	before := savedPosition(t, e.bus.JetStream(), "standby")
 	children[active].kill()
 	standby := map[string]string{"a": "b", "b": "a"}[active]
@@ -183,7 +183,7 @@ func TestStandbyTakeover(t *testing.T) {
 			(p.ClusterTime.T > before.ClusterTime.T || p.ClusterTime.T == before.ClusterTime.T && p.ClusterTime.I > before.ClusterTime.I)
 	}, 30*time.Second, 20*time.Millisecond, "the standby continues from the saved token")
 	n := e.count("standby.items")
-	require.Eventually(t, func() bool { return e.count("standby.items") >= n+200 }, 60*time.Second, 5*time.Millisecond, "the standby publishes")
+	require.Eventually(t, func() bool { return e.countNow("standby.items") >= n+200 }, 60*time.Second, 5*time.Millisecond, "the standby publishes")
 	checkExactlyOnce(t, e, "standby.items", w)
 	children[standby].stop()
 	assert.Equal(t, "", leaseOwner(t, e, "standby"), "a stopped runner releases its lease")

@@ -116,5 +116,5 @@ func TestNoDeadLetterQueue(t *testing.T) {
 		st, _ := f.Status(ctx)
 		return strings.Contains(st.(changefeed.Status).Error, "no DLQ")
 	}, 10*time.Second, 10*time.Millisecond, "the error is reported")
-	require.Never(t, func() bool { return e.count("nodlq.items") > 1 }, time.Second, 50*time.Millisecond, "nothing after it is published")
+	require.Never(t, func() bool { return e.countNow("nodlq.items") > 1 }, time.Second, 50*time.Millisecond, "nothing after it is published")
 }

@@ -136,6 +136,23 @@ func readStream(t *testing.T, js natsjs.JetStream, stream string) []event {
 	return out
 }
 
+// countNow is count for polled conditions (require.Eventually, Never): those run in
+// goroutines that may outlive the test, so it touches no *testing.T and returns -1 when the
+// stream cannot be read.
+func (e *env) countNow(topic string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := e.bus.JetStream().Stream(ctx, jetbus.StreamName(topic))
+	if err != nil {
+		return -1
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return -1
+	}
+	return int(info.State.Msgs)
+}
+
 // count returns how many messages topic's stream holds.
 func (e *env) count(topic string) int {
 	e.t.Helper()
@@ -151,7 +168,7 @@ func (e *env) count(topic string) int {
 // waitEvents waits until topic holds at least n messages and returns them.
 func (e *env) waitEvents(topic string, n int) []event {
 	e.t.Helper()
-	require.Eventually(e.t, func() bool { return e.count(topic) >= n }, 60*time.Second, 10*time.Millisecond,
+	require.Eventually(e.t, func() bool { return e.countNow(topic) >= n }, 60*time.Second, 10*time.Millisecond,
 		"want %d events in %s", n, topic)
 	return e.events(topic)
 }

@@ -93,7 +93,7 @@ func TestHistoryLost(t *testing.T) {
 				st, _ := f.Status(t.Context())
 				assert.Equal(t, changefeed.RoleFailed, st.(changefeed.Status).Role)
 				insertKeys(t, items, "after")
-				require.Never(t, func() bool { return e.count("lost.items") > 2 }, time.Second, 50*time.Millisecond, "nothing published while failed")
+				require.Never(t, func() bool { return e.countNow("lost.items") > 2 }, time.Second, 50*time.Millisecond, "nothing published while failed")
 
 				require.NoError(t, changefeed.ResetPosition(t.Context(), e.bus.JetStream(), "lost"))
 				require.Eventually(t, func() bool { return f.Ready(t.Context()) == nil && savedPosition(t, e.bus.JetStream(), "lost") != nil },

@@ -122,7 +122,7 @@ func TestOutbox(t *testing.T) {
 			require.ErrorIs(t, err, aborted)
 
 			evs := e.waitEvents("ob.orders", 3)
-			require.Never(t, func() bool { return e.count("ob.orders") > 3 }, time.Second, 50*time.Millisecond, "the aborted transaction publishes nothing")
+			require.Never(t, func() bool { return e.countNow("ob.orders") > 3 }, time.Second, 50*time.Millisecond, "the aborted transaction publishes nothing")
 			assert.Equal(t, []string{early.ID, want[0].ID, want[1].ID}, []string{evs[0].ID, evs[1].ID, evs[2].ID}, "Msg-Id = _id, in order")
 			assert.JSONEq(t, `{"n":1}`, string(evs[2].Payload))
 			assert.Equal(t, "k1", evs[2].Key)
@@ -234,7 +234,7 @@ func TestOutboxCrash(t *testing.T) {
 
 	c = startChild(t, spec)
 	require.Eventually(t, func() bool { return e.outboxLen() == 0 }, 30*time.Second, 20*time.Millisecond, "the next drainer settles them")
-	require.Never(t, func() bool { return e.count("obcrash.orders") > n }, time.Second, 50*time.Millisecond)
+	require.Never(t, func() bool { return e.countNow("obcrash.orders") > n }, time.Second, 50*time.Millisecond)
 	evs := e.events("obcrash.orders")
 	require.Len(t, evs, n, "exactly once")
 	for key, kevs := range byKey(evs) {

@@ -111,19 +111,31 @@ func (b *Bus) createConsumerAt(ctx context.Context, stream string, cfg natsjs.Co
 // resetConsumer makes stream sequence seq the consumer's next delivery; seq 0 means its ack
 // floor + 1, which returns every unacknowledged delivery to the consumer, in order.
 func (b *Bus) resetConsumer(ctx context.Context, stream, name string, seq uint64) error {
+	_, err := b.resetConsumerDelivered(ctx, stream, name, seq)
+	return err
+}
+
+// resetConsumerDelivered is resetConsumer returning the consumer sequence of the last delivery
+// after the reset (the next delivery is that plus one).
+func (b *Bus) resetConsumerDelivered(ctx context.Context, stream, name string, seq uint64) (uint64, error) {
+	var delivered uint64
 	err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+		var resp *natsjs.ConsumerResetResponse
 		var err error
 		if seq == 0 {
-			_, err = b.js.ResetConsumer(ctx, stream, name)
+			resp, err = b.js.ResetConsumer(ctx, stream, name)
 		} else {
-			_, err = b.js.ResetConsumerToSequence(ctx, stream, name, seq)
+			resp, err = b.js.ResetConsumerToSequence(ctx, stream, name, seq)
+		}
+		if err == nil && resp != nil && resp.ConsumerInfo != nil {
+			delivered = resp.Delivered.Consumer
 		}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
+		return 0, fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
 	}
-	return nil
+	return delivered, nil
 }
 
 func wrapConsumerErr(name string, err error) error {

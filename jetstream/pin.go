@@ -46,17 +46,18 @@ func (pc *partConsumer) recoverDeliveries() bool {
 		return false
 	}
 	if info.NumAckPending == 0 {
-		pc.lastDSeq = 0
+		pc.lastDSeq = info.Delivered.Consumer
 		return true
 	}
 	if !pinnedBy(info, pc.pinID) {
 		return false
 	}
-	if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
+	delivered, err := b.resetConsumerDelivered(ctx, pc.stream, pc.name, 0)
+	if err != nil {
 		pc.log.Warn("returning lost deliveries failed; retrying", "err", err)
 		return false
 	}
-	pc.lastDSeq = 0
+	pc.lastDSeq = delivered
 	return true
 }
 
@@ -193,8 +194,17 @@ func (pc *partConsumer) takeOver() error {
 	if err != nil {
 		return err
 	}
-	if cons.CachedInfo().NumAckPending > 0 {
-		return b.resetConsumer(ctx, pc.stream, pc.name, 0)
+	// The consumer sequence from here on is the baseline of gap detection: a delivery the
+	// server still sends to the previous holder's pull (a crashed process's request it has
+	// not dropped yet) shows as a gap in this client's first delivery, and is recovered.
+	info := cons.CachedInfo()
+	pc.lastDSeq = info.Delivered.Consumer
+	if info.NumAckPending > 0 {
+		delivered, err := b.resetConsumerDelivered(ctx, pc.stream, pc.name, 0)
+		if err != nil {
+			return err
+		}
+		pc.lastDSeq = delivered
 	}
 	return nil
 }
