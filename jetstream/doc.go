@@ -49,6 +49,14 @@
 //     settled, not with naks: a nak that reached the server after the next owner received the
 //     same event would send it back again, out of order. They are delivered next, in order,
 //     with their Attempt unchanged.
+//   - Deliveries lost on the way to this client (a reconnect, a consumer leader change) show
+//     as a gap in the consumer sequence. The pull ends there and the lost deliveries are
+//     returned by the same reset before anything later is handled, so per-partition order
+//     holds across server restarts; when the reset cannot be made yet (the server
+//     unreachable), the gap is kept and the recovery retried. With ManualAck the reset waits,
+//     at most AckTimeout, for the application to settle what it holds (it would otherwise be
+//     delivered twice); only a handler holding deliveries past that gets the lost ones back
+//     after later ones, from the server's redelivery.
 //
 // # Cost per delivery
 //

@@ -29,13 +29,15 @@ func (pc *partConsumer) recoverDeliveries() bool {
 		pc.lastDSeq = 0
 		return true
 	}
-	if pc.sub.bus.hasPending(pc) {
-		// A reset would deliver again the events the application still holds for Bus.Ack:
-		// lost deliveries come back after the ack timeout instead.
+	b := pc.sub.bus
+	if b.hasPending(pc) && !pc.awaitSettled() {
+		// A reset would deliver again the events the application still holds for Bus.Ack,
+		// and it did not settle them within the ack timeout: lost deliveries come back
+		// after it instead, behind later events of their keys.
+		pc.log.Warn("deliveries held past the ack timeout: deliveries lost in flight come back out of order")
 		pc.lastDSeq = 0
 		return true
 	}
-	b := pc.sub.bus
 	ctx, cancel := context.WithTimeout(pc.sub.ctx, 5*time.Second)
 	defer cancel()
 	info, err := pc.settledInfo(ctx, 500*time.Millisecond)
@@ -55,6 +57,26 @@ func (pc *partConsumer) recoverDeliveries() bool {
 		return false
 	}
 	pc.lastDSeq = 0
+	return true
+}
+
+// awaitSettled waits, at most the ack timeout, for the application to settle the ManualAck
+// deliveries it holds (a batching handler acknowledges its batch once written), so that the
+// recovery can return the lost deliveries in order without delivering the held ones again.
+// It reports whether they were settled.
+func (pc *partConsumer) awaitSettled() bool {
+	b := pc.sub.bus
+	deadline := time.Now().Add(pc.sub.opts.AckTimeout)
+	for b.hasPending(pc) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-pc.sub.stopCh:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	return true
 }
 

@@ -105,6 +105,9 @@ shutdown:
 	}
 	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond, "ready\n%s", stderr.String())
 
+	// The copy runs from a token taken before it reads, so a change made while it reads is
+	// published twice (copied, then streamed): the changes below wait for its end.
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), `"msg":"copy done`) }, 30*time.Second, 10*time.Millisecond)
 	js, err := natsjs.New(embeddedtest.Connect(t, s.ClientURL()))
 	require.NoError(t, err)
 	_, err = shop.Collection("customers").InsertOne(t.Context(), bson.D{{Key: "_id", Value: "c2"}, {Key: "name", Value: 7}})
