@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/embeddedtest/minimongo"
+	"github.com/jetbus/jetbus/internal/config"
 )
 
 // build holds the binaries built once per test binary.
@@ -43,6 +45,14 @@ func binaries(t *testing.T) string {
 	})
 	require.NoError(t, build.err, "go build: %s", build.out)
 	return build.dir
+}
+
+// apiAddrKey is the configuration of the snapshot API's own listener, when this build has one.
+func apiAddrKey() string {
+	if _, ok := reflect.TypeFor[config.HTTP]().FieldByName("APIAddr"); ok {
+		return "\n  api_addr: 127.0.0.1:0"
+	}
+	return ""
 }
 
 func TestMain(m *testing.M) {
@@ -101,7 +111,7 @@ mongo:
   uri: %s
   database: %s
 http:
-  addr: 127.0.0.1:0
+  addr: 127.0.0.1:0%s
 log:
   level: info
 shutdown:
@@ -137,7 +147,7 @@ views:
     filters: {status: string, total: number}
   - name: customers
     projection: customers-view
-`, strings.Join(urls, ", "), s.mongoURI(), s.db)
+`, strings.Join(urls, ", "), apiAddrKey(), s.mongoURI(), s.db)
 }
 
 // proc is one bridge or projector process.
@@ -147,7 +157,8 @@ type proc struct {
 	kind   string // bridge or projector
 	cmd    *exec.Cmd
 	logs   *logBuffer
-	addr   string
+	addr   string // ops endpoints
+	api    string // the snapshot API (projectors)
 	exited chan struct{}
 	err    error
 }
@@ -207,6 +218,12 @@ func (s *stack) startProc(kind string) *proc {
 	require.Eventually(s.t, func() bool { p.addr = listenAddr(p.logs.String()); return p.addr != "" || p.done() },
 		60*time.Second, 20*time.Millisecond, "%s logs its address", name)
 	require.NotEmpty(s.t, p.addr, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
+	p.api = p.addr
+	if kind == "projector" && apiAddrKey() != "" {
+		require.Eventually(s.t, func() bool { p.api = logAddr(p.logs.String(), "snapshot API listening"); return p.api != "" || p.done() },
+			60*time.Second, 20*time.Millisecond, "%s logs its API address", name)
+		require.NotEmpty(s.t, p.api, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
+	}
 	var body string
 	require.Eventually(s.t, func() bool {
 		var code int
@@ -245,14 +262,23 @@ func (p *proc) term(within time.Duration) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
+// get reads path from the ops endpoints, or from the snapshot API when path is under /v1/views.
 func (p *proc) get(path string) (int, string) {
-	resp, err := httpClient.Get("http://" + p.addr + path)
+	resp, err := httpClient.Get(p.url(path))
 	if err != nil {
 		return 0, err.Error()
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// url is where path is served: the snapshot API (/v1/views, /v1/topics) or the ops endpoints.
+func (p *proc) url(path string) string {
+	if strings.HasPrefix(path, "/v1/views") || strings.HasPrefix(path, "/v1/topics") {
+		return "http://" + p.api + path
+	}
+	return "http://" + p.addr + path
 }
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
@@ -271,12 +297,15 @@ func (s *stack) running(kind string) []*proc {
 }
 
 // listenAddr finds the address in the "ops server listening" log line.
-func listenAddr(logs string) string {
+func listenAddr(logs string) string { return logAddr(logs, "ops server listening") }
+
+// logAddr finds the address in the first log line with message msg.
+func logAddr(logs, msg string) string {
 	sc := bufio.NewScanner(strings.NewReader(logs))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
 		var l struct{ Msg, Addr string }
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "ops server listening" {
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == msg {
 			return l.Addr
 		}
 	}

@@ -123,7 +123,7 @@ func readView(p *proc, view string) (map[string]map[string]any, error) {
 	out := map[string]map[string]any{}
 	path := "/v1/views/" + view + "?limit=100"
 	for path != "" {
-		resp, err := httpClient.Get("http://" + p.addr + path)
+		resp, err := httpClient.Get(p.url(path))
 		if err != nil {
 			return nil, err
 		}

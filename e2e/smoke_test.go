@@ -50,7 +50,7 @@ func (s *stack) checkETag(t *testing.T, l *ledger) {
 	}
 	l.mu.Unlock()
 	p := s.running("projector")[0]
-	req, err := http.NewRequest(http.MethodGet, "http://"+p.addr+viewURL("orders", a), nil)
+	req, err := http.NewRequest(http.MethodGet, p.url(viewURL("orders", a)), nil)
 	require.NoError(t, err)
 	resp, err := httpClient.Do(req)
 	require.NoError(t, err)
@@ -59,7 +59,7 @@ func (s *stack) checkETag(t *testing.T, l *ledger) {
 	etag := resp.Header.Get("ETag")
 	require.NotEmpty(t, etag)
 	assert.NotContains(t, etag, "W/", "a strong ETag")
-	req, err = http.NewRequest(http.MethodGet, "http://"+p.addr+"/v1/views/orders/"+url.PathEscape(a.Key), nil)
+	req, err = http.NewRequest(http.MethodGet, p.url("/v1/views/orders/"+url.PathEscape(a.Key)), nil)
 	require.NoError(t, err)
 	req.Header.Set("If-None-Match", etag)
 	resp, err = httpClient.Do(req)
