@@ -202,9 +202,6 @@ func (s *stack) startProc(kind string) *proc {
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(s.t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
-	s.mu.Lock()
-	s.procs = append(s.procs, p)
-	s.mu.Unlock()
 	s.t.Cleanup(func() {
 		if !p.done() {
 			_ = p.cmd.Process.Kill()
@@ -215,13 +212,14 @@ func (s *stack) startProc(kind string) *proc {
 			s.t.Logf("%s (exit %v), last lines:\n%s", p.name, p.err, p.logs.tail(40))
 		}
 	})
-	require.Eventually(s.t, func() bool { p.addr = listenAddr(p.logs.String()); return p.addr != "" || p.done() },
-		60*time.Second, 20*time.Millisecond, "%s logs its address", name)
+	poll(60*time.Second, 20*time.Millisecond, func() bool { p.addr = listenAddr(p.logs.String()); return p.addr != "" || p.done() })
 	require.NotEmpty(s.t, p.addr, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
 	p.api = p.addr
 	if kind == "projector" && apiAddrKey() != "" {
-		require.Eventually(s.t, func() bool { p.api = logAddr(p.logs.String(), "snapshot API listening"); return p.api != "" || p.done() },
-			60*time.Second, 20*time.Millisecond, "%s logs its API address", name)
+		poll(60*time.Second, 20*time.Millisecond, func() bool {
+			p.api = logAddr(p.logs.String(), "snapshot API listening")
+			return p.api != "" || p.done()
+		})
 		require.NotEmpty(s.t, p.api, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
 	}
 	var body string
@@ -230,7 +228,27 @@ func (s *stack) startProc(kind string) *proc {
 		code, body = p.get("/readyz")
 		return code == http.StatusOK
 	}, 60*time.Second, 50*time.Millisecond, "%s ready: %s", name, &body)
+	// Listed (for readers and faults) only once its addresses are known.
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
 	return p
+}
+
+// poll calls cond every interval until it holds or within has passed, and says whether it
+// held. Unlike require.Eventually, cond runs in the caller's goroutine, so what it assigns is
+// safe to read afterwards.
+func poll(within, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
 }
 
 func (p *proc) done() bool {

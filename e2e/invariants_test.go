@@ -163,17 +163,15 @@ func (s *stack) checkView(t *testing.T, view string, msgs []stored) {
 	require.NoError(t, json.Unmarshal(b, &want))
 	var got map[string]map[string]any
 	var err error
-	ok := assert.Eventually(t, func() bool {
+	ok := poll(60*time.Second, 200*time.Millisecond, func() bool {
 		for _, p := range s.running("projector") {
 			if got, err = readView(p, view); err != nil || !equalJSON(got, want) {
 				return false
 			}
 		}
 		return true
-	}, 60*time.Second, 200*time.Millisecond, "view %s equals the fold of its topic", view)
-	if !ok {
-		t.Logf("view %s: read error %v; %s", view, err, diff(want, got))
-	}
+	})
+	assert.True(t, ok, "view %s equals the fold of its topic within 60s: read error %v; %s", view, err, diff(want, got))
 }
 
 func equalJSON(a, b map[string]map[string]any) bool {
@@ -211,14 +209,14 @@ func (s *stack) checkDLQ(t *testing.T, l *ledger) {
 	want := slices.Sorted(maps.Keys(l.bad))
 	l.mu.Unlock()
 	var got []string
-	assert.Eventually(t, func() bool {
+	poll(30*time.Second, 200*time.Millisecond, func() bool {
 		got = got[:0]
 		for _, m := range s.scanStream(t, "DLQ") {
 			got = append(got, m.Subject+" "+m.ID)
 		}
 		slices.Sort(got)
 		return len(got) >= len(want)
-	}, 30*time.Second, 200*time.Millisecond, "the DLQ receives the %d refused messages", len(want))
+	})
 	wantSubj := make([]string, len(want))
 	for i, id := range want {
 		wantSubj[i] = "dlq.orders " + id
@@ -232,10 +230,13 @@ func (s *stack) checkCustomers(t *testing.T) {
 	t.Helper()
 	src := s.customers(t)
 	var msgs []stored
-	require.Eventually(t, func() bool {
+	var got map[string]map[string]any
+	ok := poll(60*time.Second, 200*time.Millisecond, func() bool {
 		msgs = s.scanStream(t, "customers")
-		return equalJSON(docsByKey(fold(msgs)), src)
-	}, 60*time.Second, 200*time.Millisecond, "the customers topic folds to the collection")
+		got = docsByKey(fold(msgs))
+		return equalJSON(got, src)
+	})
+	require.True(t, ok, "the customers topic folds to the collection: %s", diff(src, got))
 	s.checkView(t, "customers", msgs)
 }
 

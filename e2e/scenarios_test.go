@@ -66,7 +66,7 @@ func TestProjectorKills(t *testing.T) {
 func (s *stack) activeFeed(t *testing.T) *proc {
 	t.Helper()
 	var active *proc
-	require.Eventually(t, func() bool {
+	ok := poll(60*time.Second, 100*time.Millisecond, func() bool {
 		for _, p := range s.running("bridge") {
 			code, body := p.get("/v1/ops/status")
 			if code != 200 {
@@ -89,7 +89,8 @@ func (s *stack) activeFeed(t *testing.T) *proc {
 			}
 		}
 		return false
-	}, 60*time.Second, 100*time.Millisecond, "one bridge runs the changefeed")
+	})
+	require.True(t, ok, "one bridge runs the changefeed")
 	return active
 }
 
@@ -160,7 +161,8 @@ func TestDLQOutage(t *testing.T) {
 	defer cancel()
 	ld.waitProgress(0.3, 2*time.Minute)
 	// The client's first refused messages are dead-lettered before the DLQ goes away.
-	require.Eventually(t, func() bool { return len(s.scanStream(t, "DLQ")) == ld.ingress.Bad }, time.Minute, 100*time.Millisecond)
+	require.True(t, poll(time.Minute, 100*time.Millisecond, func() bool { return len(s.scanStream(t, "DLQ")) == ld.ingress.Bad }),
+		"the client's first refused messages are in the DLQ")
 	str, err := js.Stream(ctx, "DLQ")
 	require.NoError(t, err)
 	info, err := str.Info(ctx)
