@@ -134,6 +134,9 @@ changefeeds:
     topic: customers
     start: copy_existing
     heartbeat: 1s
+    # The projection keeps _id for the key: the document's own _id stays out of the payload.
+    pipeline:
+      - $unset: [fullDocument._id]
 projections:
   - name: orders-view
     topic: orders
@@ -147,7 +150,7 @@ views:
     filters: {status: string, total: number}
   - name: customers
     projection: customers-view
-`, strings.Join(urls, ", "), apiAddrKey(), s.mongoURI(), s.db)
+`, strings.Join(urls, ", "), s.mongoURI(), s.db, apiAddrKey())
 }
 
 // proc is one bridge or projector process.
