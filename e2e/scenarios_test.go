@@ -196,13 +196,13 @@ func TestDLQOutage(t *testing.T) {
 	s.finishScenario(t, ld, "DLQ stream deleted for a while")
 }
 
-// TestMongoFaults: MongoDB fails writes (failCommand, 200 commands), then is unreachable for
-// 10 s (every connection dropped at the proxy).
+// TestMongoFaults: MongoDB fails writes (failCommand, the next 30 write commands with
+// ShutdownInProgress), then is unreachable for 10 s (every connection dropped at the proxy).
 func TestMongoFaults(t *testing.T) {
 	s, ld := scenario(t, "mongo")
 	ld.waitProgress(0.25, 2*time.Minute)
-	embeddedtest.FailMongoCommands(t, s.mongoClient(t), 200, 91, "update", "delete", "insert")
-	t.Log("MongoDB fails the next 200 writes")
+	embeddedtest.FailMongoCommands(t, s.mongoClient(t), 30, 91, "update", "delete", "insert")
+	t.Log("MongoDB fails the next 30 writes")
 	ld.waitProgress(0.5, 2*time.Minute)
 	s.proxy.cut()
 	cutAt, before := time.Now(), ld.acked()
