@@ -39,6 +39,8 @@ type acked struct {
 	Error     string  `json:"error"`
 	Bad       string  `json:"bad"`
 	Done      bool    `json:"done"`
+	// Deletes says the key's last event is a tombstone: once applied, the key reads 404.
+	Deletes bool `json:"-"`
 }
 
 // ledger is what the clients were told: the acknowledged events (which must all be in their
@@ -238,7 +240,7 @@ func (s *stack) publishIngress(ctx context.Context, t *testing.T, l *ledger, pla
 }
 
 // publishBus publishes plan directly with the Bus (the Go client), each event with its own ID,
-// retried with that ID until acknowledged.
+// retried with that ID until acknowledged; the last event of every third key is a tombstone.
 func (s *stack) publishBus(ctx context.Context, t *testing.T, l *ledger, plan publishPlan) {
 	bus := embeddedtest.Bus(t, s.nats.URLs())
 	var wg sync.WaitGroup
@@ -248,9 +250,12 @@ func (s *stack) publishBus(ctx context.Context, t *testing.T, l *ledger, plan pu
 			defer wg.Done()
 			for i := w; i < plan.Count; i += plan.Keys {
 				key, body := payload(plan, i)
+				if i >= plan.Count-plan.Keys && w%3 == 0 {
+					body = []byte("null") // the last event of every third key deletes it
+				}
 				id := fmt.Sprintf("%s-%d", plan.Prefix, i)
 				sent := time.Now()
-				a := acked{ID: id, I: i, Key: key, Sent: unixMS(sent)}
+				a := acked{ID: id, I: i, Key: key, Sent: unixMS(sent), Deletes: w%3 == 0}
 				for a.Attempts = 1; ; a.Attempts++ {
 					pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					ev, err := bus.Publish(pctx, "orders", json.RawMessage(body), jetbus.WithID(id), jetbus.WithKey(key))
@@ -329,8 +334,9 @@ func (s *stack) waitVisible(ctx context.Context, a acked) bool {
 				return false
 			}
 		}
+		// 503: not applied yet; 404 once applied: a tombstone deleted the key.
 		code, _ := ps[a.I%len(ps)].get(viewURL("orders", a))
-		if code == 200 {
+		if code == 200 || (code == 404 && a.Deletes) {
 			return true
 		}
 		select {
