@@ -2,7 +2,7 @@
 GO        ?= go
 PKGS      ?= ./...
 
-.PHONY: all build test test-short vet fmt-check lint bench bench-peers soak dev docs clean e2e e2e-node
+.PHONY: all build test test-short test-long vet fmt-check lint bench bench-peers soak dev docs clean e2e e2e-node
 
 all: build test
 
@@ -13,10 +13,12 @@ build:
 	$(GO) build -o bin/ ./cmd/bridge ./cmd/projector
 
 ## test: vet, gofmt check, every test with the race detector (embedded NATS and MongoDB backend),
-## and ten seconds of fuzzing the snapshot API's query grammar.
+## ten seconds of fuzzing the snapshot API's query grammar, and the deploy/ files' validation
+## (nested module deploy: compose, Kubernetes, Dockerfile and NATS confs parsed offline).
 test: vet fmt-check
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 10s ./snapshotapi/
+	cd deploy && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## test-short: a quicker subset (no cluster conformance run, 10k-event churns).
 test-short:
@@ -41,6 +43,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count $(COUNT) -timeout 30m ./embeddedtest/minimongo/
 	$(GO) test -run '^$$' -bench 'Publish|Validate' -benchtime 3000x -count $(COUNT) -timeout 30m ./schema/
 	$(GO) test -run '^$$' -bench 'Rebalance|Consume' -benchtime 3x -count $(COUNT) -timeout 30m ./partition/
+	$(GO) test -run '^$$' -bench 'Changelog' -benchtime 2x -count $(COUNT) -timeout 30m ./projection/
 
 ## bench-peers: the Bus against Watermill and raw nats.go in one run (nested module bench/peers,
 ## so Watermill stays out of jetbus's module graph; figures in BENCHMARKS.md). PEERS_FLAGS
@@ -67,17 +70,20 @@ E2E_RESULTS ?= $(CURDIR)/e2e-results.md
 e2e: e2e-node
 	JETBUS_E2E_RESULTS=$(E2E_RESULTS) $(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e/
 
-## dev: dev builds (-tags dev) of both binaries on examples/jetbus.yaml: the bridge starts the
-## embedded NATS (JetStream under ./data) and the MongoDB test backend; the projector connects to
-## them. Ops endpoints on 127.0.0.1:8080 (bridge) and 127.0.0.1:8081 (projector). Ctrl-C or
-## SIGTERM stops both gracefully.
+## test-long: the long variants (build tag long): the transactional projection killed with
+## SIGKILL mid-batch twelve times over 30,000 events (make test runs three kills over 3,000).
+test-long:
+	$(GO) test -race -count=1 -tags long -timeout 30m -run 'SIGKILL' ./projection/
+
+## dev: the whole pipeline on one machine from examples/jetbus.yaml (DEV_CONFIG): dev builds
+## (-tags dev) of bridge and projector, started by bin/dev/jetbus-dev: the bridge with the
+## embedded NATS server and the MongoDB test backend (data under ./data, which survives a
+## restart), then the projector with the snapshot API on 127.0.0.1:8081 (bridge ops on :8080).
+## It prints what to try. Ctrl-C, or SIGTERM to make, stops both in order and frees the ports.
 DEV_CONFIG ?= examples/jetbus.yaml
 dev:
-	$(GO) build -tags dev -o bin/dev/ ./cmd/bridge ./cmd/projector
-	@bin/dev/bridge run --dev --config $(DEV_CONFIG) & b=$$!; \
-	bin/dev/projector run --config $(DEV_CONFIG) --http-addr 127.0.0.1:8081 & p=$$!; \
-	trap 'kill -TERM $$b $$p 2>/dev/null' TERM; \
-	wait $$b; wait $$p
+	$(GO) build -tags dev -o bin/dev/ ./cmd/bridge ./cmd/projector ./cmd/jetbus-dev
+	exec bin/dev/jetbus-dev --config $(DEV_CONFIG) --data data
 
 ## docs: regenerate docs/config.md from internal/config and README's command reference from the
 ## commands (tests fail while they differ).

@@ -113,7 +113,10 @@
 // as an insert event, so the feed's pipeline filters the copy as it filters the stream —
 // and publishes each document (op read), saving the last acknowledged _id as it goes; then it
 // streams from the captured point. A document changed during the copy therefore ends with
-// its latest state: its changes follow its copy. A restart continues the copy after the
+// its latest state: its changes follow its copy. Such a document (written while the copy
+// runs) is published twice, as read and as its change, under different IDs — the copy and
+// the stream cannot know of each other; every document written after the copy ends is
+// published once. A restart continues the copy after the
 // saved _id (a range compares within one BSON type, so the types that sort later are added
 // by $type), with the same epoch: documents published twice are dropped by ID. Progress is
 // in the saved position (copied, estimated total), Status and the metrics.
@@ -131,7 +134,8 @@
 //
 // Heartbeats: while no change arrives, each quiet wait of the stream (at most a second)
 // returns MongoDB's post-batch resume token, which moves with the oplog; the feed saves it
-// every Config.Heartbeat. A feed of a quiet collection thus keeps a position the oplog still
+// every Config.Heartbeat (a token that came too soon after the last save is saved a
+// Heartbeat later even if the stream stays still). A feed of a quiet collection thus keeps a position the oplog still
 // holds while other collections churn. Unlike the Kafka connector's and Debezium's
 // heartbeats this publishes nothing and is on by default.
 //

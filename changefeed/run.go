@@ -162,7 +162,9 @@ func (r *run) onDone(e *entry) error {
 		r.tok, r.ct, r.dirty, r.changed = st.token, ctOf(st.clusterT), true, true
 		r.f.counted(st.rejected, st.dup)
 	case stepHeartbeat:
-		r.tok, r.ct, r.dirty = st.token, tokenTime(st.token), true
+		if string(st.token) != string(r.tok) {
+			r.tok, r.ct, r.dirty = st.token, tokenTime(st.token), true
+		}
 	case stepCopied:
 		r.lastID, r.dirty, r.changed = st.lastID, true, true
 		r.pos.Copy.Copied++

@@ -98,6 +98,7 @@ func (r *run) stream(ctx context.Context, rec *recovery) error {
 func (r *run) readStream(ctx context.Context, cs *mongo.ChangeStream, w *window, rec *recovery) error {
 	f := r.f
 	var lastHeartbeat []byte
+	var lastPush time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -116,11 +117,20 @@ func (r *run) readStream(ctx context.Context, cs *mongo.ChangeStream, w *window,
 			if cs.ID() == 0 {
 				return fmt.Errorf("changefeed: MongoDB closed the change stream")
 			}
-			// A quiet stream: MongoDB's post-batch resume token moves on without changes.
-			if tok := cs.ResumeToken(); tok != nil && string(tok) != string(lastHeartbeat) {
-				lastHeartbeat = clone(tok)
-				ct := tokenTime(lastHeartbeat)
-				f.metrics.lagged(ct.Time())
+			// A quiet stream: MongoDB's post-batch resume token moves on without changes. It
+			// is pushed when it moved, and again every Heartbeat while it stands still, so a
+			// position onDone did not save yet (it came too soon after the last save) is saved
+			// even when nothing follows it.
+			tok := cs.ResumeToken()
+			if tok == nil {
+				continue
+			}
+			if moved := string(tok) != string(lastHeartbeat); moved || time.Since(lastPush) >= f.cfg.Heartbeat {
+				if moved {
+					lastHeartbeat = clone(tok)
+				}
+				f.metrics.lagged(tokenTime(lastHeartbeat).Time())
+				lastPush = time.Now()
 				if err := w.push(ctx, &entry{step: step{kind: stepHeartbeat, token: lastHeartbeat}}); err != nil {
 					return nil
 				}

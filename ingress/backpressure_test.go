@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -17,10 +18,11 @@ import (
 )
 
 // TestBackpressureBoundsMemory: while JetStream refuses to store (the topic's stream is full
-// and discards new messages), a client floods ingress with far more than it may hold. Ingress holds max_in_flight messages, NATS buffers up to the pending
-// limits and drops the rest, metrics and logs say so, and the process's heap grows by a
-// fraction of the flood. Once JetStream is back, every message is either stored (once) or
-// counted as dropped: none is lost without a trace.
+// and discards new messages), a client floods ingress with far more than it may hold.
+// Ingress holds max_in_flight messages, NATS buffers up to the pending limits and drops the
+// rest, metrics and logs say so, and the process's heap grows by a fraction of the flood.
+// Once JetStream is back, every message is either stored (once) or counted as dropped: none
+// is lost without a trace.
 func TestBackpressureBoundsMemory(t *testing.T) {
 	n, size := 20_000, 8<<10
 	if testing.Short() {
@@ -60,6 +62,10 @@ func TestBackpressureBoundsMemory(t *testing.T) {
 	require.Eventually(t, func() bool { st := g.Stats(); return st.Dropped > 0 && st.InFlight == maxInFlight },
 		wait, 10*time.Millisecond, "ingress holds max_in_flight and NATS drops beyond the pending buffer")
 	assert.True(t, g.Stats().Backpressure)
+	require.Eventually(t, func() bool {
+		return g.logs.logged(slog.LevelWarn, "ingress back-pressure") && g.logs.logged(slog.LevelWarn, "NATS is dropping messages to ingress") &&
+			g.logs.logged(slog.LevelWarn, "JetStream unavailable")
+	}, wait, 10*time.Millisecond, "the log says ingress paused, NATS dropped, JetStream refused")
 	assert.Equal(t, 1.0, metricValue(t, g, "ingress_backpressure"))
 	assert.Equal(t, float64(maxInFlight), metricValue(t, g, "ingress_inflight"))
 	// The prober finds the stream and closes the breaker, the next publish opens it again.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,6 +84,7 @@ type running struct {
 	*ingress.Ingress
 	conn    *nats.Conn
 	metrics *prometheus.Registry
+	logs    *logRecorder
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -110,10 +114,11 @@ func (e *env) runWith(pub ingress.Publisher, cfg ingress.Config) *running {
 	e.t.Helper()
 	conn := embeddedtest.Connect(e.t, e.url)
 	reg := prometheus.NewRegistry()
-	g, err := ingress.New(conn, pub, e.q, cfg, ingress.WithLogger(embeddedtest.Logger(e.t)), ingress.WithRegisterer(reg))
+	logs := &logRecorder{Handler: embeddedtest.Logger(e.t).Handler(), seen: &logSeen{}}
+	g, err := ingress.New(conn, pub, e.q, cfg, ingress.WithLogger(slog.New(logs)), ingress.WithRegisterer(reg))
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{Ingress: g, conn: conn, metrics: reg, cancel: cancel, done: make(chan error, 1)}
+	r := &running{Ingress: g, conn: conn, metrics: reg, logs: logs, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- g.Run(ctx) }()
 	e.t.Cleanup(func() { _ = r.stop(e.t) })
 	require.Eventually(e.t, func() bool { return g.Ready(ctx) == nil }, wait, 5*time.Millisecond, "ingress serves")
@@ -314,3 +319,42 @@ func metricValue(t *testing.T, r *running, name string, labels ...string) float6
 
 // jsonRaw is the payload as the Bus takes it without re-encoding.
 func jsonRaw(b []byte) json.RawMessage { return json.RawMessage(b) }
+
+// logRecorder passes records on to the test's log and remembers their messages, so that a
+// test can check what ingress told the operator.
+type logRecorder struct {
+	slog.Handler
+	seen *logSeen
+}
+
+type logSeen struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logRecorder) Handle(ctx context.Context, r slog.Record) error {
+	l.seen.mu.Lock()
+	l.seen.msgs = append(l.seen.msgs, r.Level.String()+" "+r.Message)
+	l.seen.mu.Unlock()
+	return l.Handler.Handle(ctx, r)
+}
+
+func (l *logRecorder) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logRecorder{Handler: l.Handler.WithAttrs(as), seen: l.seen}
+}
+
+func (l *logRecorder) WithGroup(name string) slog.Handler {
+	return &logRecorder{Handler: l.Handler.WithGroup(name), seen: l.seen}
+}
+
+// logged reports whether a record at level with a message containing part was logged.
+func (l *logRecorder) logged(level slog.Level, part string) bool {
+	l.seen.mu.Lock()
+	defer l.seen.mu.Unlock()
+	for _, m := range l.seen.msgs {
+		if strings.HasPrefix(m, level.String()+" ") && strings.Contains(m, part) {
+			return true
+		}
+	}
+	return false
+}

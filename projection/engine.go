@@ -114,6 +114,9 @@ func (e *engine) run(ctx context.Context) error {
 		}, opts...)
 		if err != nil {
 			stopAll()
+			if ctx.Err() != nil {
+				return nil // stopped while starting: not a failure
+			}
 			return err
 		}
 		subs = append(subs, s)

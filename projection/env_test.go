@@ -26,6 +26,7 @@ type env struct {
 	q     *dlq.Queue
 	db    *mongo.Database
 	topic string
+	parts int
 
 	mu      sync.Mutex
 	futures []*jetstream.PublishFuture
@@ -35,7 +36,7 @@ type env struct {
 func newEnv(t *testing.T, topic string, partitions int) *env {
 	t.Helper()
 	s := embeddedtest.NATS(t)
-	e := &env{t: t, url: s.ClientURL(), topic: topic}
+	e := &env{t: t, url: s.ClientURL(), topic: topic, parts: partitions}
 	e.bus = embeddedtest.Bus(t, e.url)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -117,12 +118,13 @@ func (e *env) docs(collection string) map[string]bson.M {
 	return out
 }
 
-// waitLag waits until group has written and acknowledged everything of e's topic.
+// waitLag waits until group has written and acknowledged everything of e's topic (every
+// partition's consumer exists: a missing one counts no lag).
 func (e *env) waitLag(group string, within time.Duration) {
 	e.t.Helper()
 	require.Eventually(e.t, func() bool {
 		c, err := e.bus.Cursor(context.Background(), e.topic, group)
-		return err == nil && c.Lag() == 0
+		return err == nil && len(c.Partitions) == e.parts && c.Lag() == 0
 	}, within, 20*time.Millisecond, "group %s did not catch up", group)
 }
 

@@ -105,6 +105,13 @@ func (m *metrics) seed(name string) {
 	m.generation.WithLabelValues(name)
 }
 
+// seedFenced creates a transactional projection's projection_fenced_total series at 0.
+func (m *metrics) seedFenced(name string) {
+	if m != nil {
+		m.fenced.WithLabelValues(name)
+	}
+}
+
 func (m *metrics) event(name, outcome string, n int) {
 	if m != nil && n > 0 {
 		m.events.WithLabelValues(name, outcome).Add(float64(n))

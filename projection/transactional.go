@@ -75,7 +75,7 @@ func NewTransactional(cfg Config, bus Bus, client *mongo.Client, dl DeadLetters,
 		return nil, err
 	}
 	m.seed(cfg.Name)
-	m.fence(cfg.Name)
+	m.seedFenced(cfg.Name)
 	db := client.Database(cfg.Database)
 	return &Transactional{cfg: cfg, bus: bus, client: client, cps: db.Collection(CheckpointsCollection),
 		owners: db.Collection(OwnersCollection), dl: dl, set: set, m: m, h: h}, nil

@@ -124,6 +124,11 @@ func (j JWT) enabled() bool { return len(j.HS256Secret) > 0 || j.RS256PublicKey 
 type Config struct {
 	// Views are the views served.
 	Views []View
+	// Topics are the keyed topics whose keys are served from their streams at
+	// /v1/topics/{topic}/keys/{key} (Deps.Keys reads them). Undeclared topics are 404s, so a
+	// client cannot read every stream of the account. A token reads one with the scope
+	// entry TopicScope(topic) ("topic:<name>") or "*".
+	Topics []string
 	// Database is the default database of views (default DefaultDatabase).
 	Database string
 	// CursorKey signs list cursors (HMAC-SHA256), at least MinCursorKeyBytes. Every replica
@@ -172,6 +177,16 @@ func (c Config) Validate() error {
 		}
 		seen[v.Name] = true
 	}
+	topics := map[string]bool{}
+	for i, t := range c.Topics {
+		if err := jetbus.ValidateTopic(t); err != nil {
+			return fmt.Errorf("%w: Topics[%d]: %v", ErrInvalidConfig, i, err)
+		}
+		if topics[t] {
+			return fmt.Errorf("%w: Topics[%d]: %q is declared twice", ErrInvalidConfig, i, t)
+		}
+		topics[t] = true
+	}
 	for i, t := range c.Tokens {
 		if t.Token == "" {
 			return fmt.Errorf("%w: Tokens[%d].Token is empty", ErrInvalidConfig, i)
@@ -180,6 +195,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: Tokens[%d].Views is empty", ErrInvalidConfig, i)
 		}
 		for _, v := range t.Views {
+			if topic, ok := strings.CutPrefix(v, "topic:"); ok {
+				if !topics[topic] {
+					return fmt.Errorf("%w: Tokens[%d].Views: topic %q is not declared in Topics", ErrInvalidConfig, i, topic)
+				}
+				continue
+			}
 			if v != "*" && !seen[v] {
 				return fmt.Errorf("%w: Tokens[%d].Views: view %q is not declared", ErrInvalidConfig, i, v)
 			}

@@ -23,11 +23,14 @@ const (
 	CodeForbidden        = "forbidden"           // 403: a valid token without the view in its scope
 	CodeNotFound         = "not_found"           // 404: no such key (or deleted), or no such route
 	CodeUnknownView      = "unknown_view"        // 404: the view is not declared
+	CodeUnknownTopic     = "unknown_topic"       // 404: the topic is not served (Config.Topics) or has no stream
 	CodeMethodNotAllowed = "method_not_allowed"  // 405
 	CodePrecondition     = "precondition_failed" // 412: If-Match or If-Unmodified-Since did not hold
 	CodeBodyTooLarge     = "body_too_large"      // 413
 	CodeNoHistory        = "no_history"          // 422: ?at= on a view whose projection keeps no history
 	CodeHistoryExpired   = "history_expired"     // 422: ?at= older than the history's retention
+	CodeNotKeyed         = "not_keyed"           // 422: a topic's key read on a topic that is not keyed
+	CodeNotJSON          = "not_json"            // 422: a topic's key whose event body is not JSON (a foreign client's)
 	CodeHeadersTooLarge  = "headers_too_large"   // 431
 	CodeNotApplied       = "not_applied"         // 503: ?after= not reached within wait (Retry-After)
 	CodeUnavailable      = "unavailable"         // 503: MongoDB did not answer (Retry-After)

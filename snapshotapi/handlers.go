@@ -33,7 +33,7 @@ func (s *Server) getKey(c echo.Context) error {
 	if e := checkValidators(r.Header); e != nil {
 		return e
 	}
-	ctx := r.Context()
+	ctx := ctxOf(c)
 	live, err := v.resolve(ctx, s.now)
 	if err != nil {
 		return s.dbError(ctx, err)
@@ -67,8 +67,7 @@ type docRep struct {
 
 func (s *Server) serveDoc(c echo.Context, v *view, d docRep, meta, gz bool) error {
 	h := c.Response().Header()
-	h.Set("Cache-Control", v.CacheControl)
-	addVary(h, "Accept-Encoding")
+	cacheHeaders(h, v.cacheControl)
 	var val validators
 	if d.hasV {
 		tag := v.tags[0]
@@ -119,7 +118,7 @@ func (s *Server) conditional(c echo.Context, route string, val validators) (bool
 
 // serveAt serves ?at=: the key's state at a time, from the live collection's history.
 func (s *Server) serveAt(c echo.Context, v *view, live liveState, key string, rp readParams, gz bool) error {
-	ctx := c.Request().Context()
+	ctx := ctxOf(c)
 	if v.History <= 0 {
 		return newError(http.StatusUnprocessableEntity, CodeNoHistory, "view %s keeps no history, so it cannot answer at=", v.Name).
 			with("view", v.Name)
@@ -173,7 +172,7 @@ func (s *Server) getList(c echo.Context) error {
 		}
 		and = append(and, ks.after(lp.order))
 	}
-	ctx := r.Context()
+	ctx := ctxOf(c)
 	live, err := v.resolve(ctx, s.now)
 	if err != nil {
 		return s.dbError(ctx, err)
@@ -226,8 +225,7 @@ func (s *Server) getList(c echo.Context) error {
 	}
 	val := validators{etag: listETag(tag, ids, versions, next, gz)}
 	h := c.Response().Header()
-	h.Set("Cache-Control", v.CacheControl)
-	addVary(h, "Accept-Encoding")
+	cacheHeaders(h, v.cacheControl)
 	h.Set("ETag", val.etag)
 	if stop, err := s.conditional(c, routeList, val); stop || err != nil {
 		return err

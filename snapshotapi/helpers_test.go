@@ -274,6 +274,14 @@ func routeTemplate(doc *openapi3.T, path string) string {
 	if doc.Paths.Find(path) != nil {
 		return path
 	}
+	if rest, ok := strings.CutPrefix(path, "/v1/topics/"); ok {
+		if topic, _, ok := strings.Cut(rest, "/keys/"); ok {
+			if tmpl := "/v1/topics/" + topic + "/keys/{key}"; doc.Paths.Find(tmpl) != nil {
+				return tmpl
+			}
+		}
+		return ""
+	}
 	rest, ok := strings.CutPrefix(path, "/v1/views/")
 	if !ok {
 		return ""

@@ -3,6 +3,7 @@ package snapshotapi
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,18 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	conditional *prometheus.CounterVec
 	cache       *prometheus.CounterVec
+	// The series already resolved, so that the hot paths skip the vectors' label hashing
+	// (and boxing keys into interfaces).
+	mu                sync.RWMutex
+	reqSeries         map[requestSeries]prometheus.Counter
+	durSeries         map[string]prometheus.Observer
+	condSeries        map[[2]string]prometheus.Counter
+	hit, miss, bypass prometheus.Counter
+}
+
+type requestSeries struct {
+	route, view string
+	code        int
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -57,6 +70,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			}
 		}
 	}
+	m.reqSeries, m.durSeries, m.condSeries = map[requestSeries]prometheus.Counter{}, map[string]prometheus.Observer{}, map[[2]string]prometheus.Counter{}
+	m.hit, m.miss, m.bypass = m.cache.WithLabelValues("hit"), m.cache.WithLabelValues("miss"), m.cache.WithLabelValues("bypass")
 	return m, nil
 }
 
@@ -72,22 +87,52 @@ func (m *metrics) request(route, view string, code int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	text, ok := codeText[code]
-	if !ok {
-		text = strconv.Itoa(code)
+	k := requestSeries{route, view, code}
+	m.mu.RLock()
+	c, okC := m.reqSeries[k]
+	o, okO := m.durSeries[route]
+	m.mu.RUnlock()
+	if !okC || !okO {
+		text, known := codeText[code]
+		if !known {
+			text = strconv.Itoa(code)
+		}
+		c, o = m.requests.WithLabelValues(route, view, text), m.duration.WithLabelValues(route)
+		m.mu.Lock()
+		m.reqSeries[k], m.durSeries[route] = c, o
+		m.mu.Unlock()
 	}
-	m.requests.WithLabelValues(route, view, text).Inc()
-	m.duration.WithLabelValues(route).Observe(d.Seconds())
+	c.Inc()
+	o.Observe(d.Seconds())
 }
 
 func (m *metrics) conditionalResult(route, result string) {
-	if m != nil {
-		m.conditional.WithLabelValues(route, result).Inc()
+	if m == nil {
+		return
 	}
+	k := [2]string{route, result}
+	m.mu.RLock()
+	c, ok := m.condSeries[k]
+	m.mu.RUnlock()
+	if !ok {
+		c = m.conditional.WithLabelValues(route, result)
+		m.mu.Lock()
+		m.condSeries[k] = c
+		m.mu.Unlock()
+	}
+	c.Inc()
 }
 
 func (m *metrics) cacheLookup(result string) {
-	if m != nil {
-		m.cache.WithLabelValues(result).Inc()
+	if m == nil {
+		return
+	}
+	switch result {
+	case "hit":
+		m.hit.Inc()
+	case "miss":
+		m.miss.Inc()
+	default:
+		m.bypass.Inc()
 	}
 }

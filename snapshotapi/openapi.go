@@ -33,7 +33,7 @@ type openAPICache struct {
 }
 
 func (s *Server) getOpenAPI(c echo.Context) error {
-	body, etag := s.openAPIDocument(c.Request().Context())
+	body, etag := s.openAPIDocument(ctxOf(c))
 	h := c.Response().Header()
 	h.Set("Cache-Control", "no-cache")
 	addVary(h, "Accept-Encoding")
@@ -64,6 +64,17 @@ func (s *Server) openAPIDocument(ctx context.Context) ([]byte, string) {
 			payloads[v.Name] = ver
 			key.WriteString(v.Name + "\x00" + ver.Fingerprint + "\x00")
 		}
+		for _, t := range s.cfg.Topics {
+			ver, err := s.schemas.Latest(ctx, t)
+			if err != nil {
+				if !errors.Is(err, schema.ErrNoSchema) {
+					s.log.Warn("openapi.json: no schema from the registry", "topic", t, "error", err)
+				}
+				continue
+			}
+			payloads[TopicScope(t)] = ver
+			key.WriteString(TopicScope(t) + "\x00" + ver.Fingerprint + "\x00")
+		}
 	}
 	oc := &s.openapi
 	oc.mu.Lock()
@@ -85,8 +96,8 @@ type obj = map[string]any
 func ref(to string) obj { return obj{"$ref": "#/components/" + to} }
 
 var errorCodes = []string{CodeBadQuery, CodeBadCursor, CodeBadKey, CodeBadHeader, CodeQueryTooLong, CodeUnauthorized,
-	CodeForbidden, CodeNotFound, CodeUnknownView, CodeMethodNotAllowed, CodePrecondition, CodeBodyTooLarge, CodeNoHistory,
-	CodeHistoryExpired, CodeHeadersTooLarge, CodeNotApplied, CodeUnavailable, CodeTimeout, CodeInternal}
+	CodeForbidden, CodeNotFound, CodeUnknownView, CodeUnknownTopic, CodeMethodNotAllowed, CodePrecondition, CodeBodyTooLarge, CodeNoHistory,
+	CodeHistoryExpired, CodeNotKeyed, CodeNotJSON, CodeHeadersTooLarge, CodeNotApplied, CodeUnavailable, CodeTimeout, CodeInternal}
 
 func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 	secured := !s.auth.open
@@ -126,9 +137,9 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 		"BadRequest":         errResp("The query, path or a header is malformed: bad_query, bad_cursor, bad_key, bad_header, query_too_long."),
 		"Unauthorized":       errResp("No, an invalid or an expired token: unauthorized.", "WWW-Authenticate"),
 		"Forbidden":          errResp("The token may not read this view: forbidden.", "WWW-Authenticate"),
-		"NotFound":           errResp("No such key (or it was deleted), or no such view: not_found, unknown_view."),
+		"NotFound":           errResp("No such key (or it was deleted), or no such view or topic: not_found, unknown_view, unknown_topic."),
 		"PreconditionFailed": errResp("If-Match or If-Unmodified-Since did not hold: precondition_failed."),
-		"Unprocessable":      errResp("at= cannot be answered: no_history, history_expired."),
+		"Unprocessable":      errResp("The read cannot be answered: no_history, history_expired (views' at=), not_keyed, not_json (topics)."),
 		"Unavailable":        errResp("after= not reached within wait (not_applied, with how far behind), or MongoDB unavailable or slow: unavailable, timeout.", "Retry-After"),
 		"Error":              errResp("Any other error (405, 413, 431, 500), in the same shape."),
 		"NotModified": obj{"description": "The representation matches If-None-Match (or If-Modified-Since).",
@@ -250,6 +261,9 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 			return op
 		}
 		paths["/v1/views/"+v.Name] = obj{"get": listOp(false), "head": listOp(true)}
+	}
+	for _, t := range s.cfg.Topics {
+		s.topicPaths(paths, schemas, t, payloads[TopicScope(t)], errRefs("304", "400", "401", "403", "404", "412", "422", "503"), condParams, security)
 	}
 	docOK := obj{"200": obj{"description": "This document.", "content": obj{"application/json": obj{"schema": obj{"type": "object"}}}},
 		"304": ref("responses/NotModified"), "default": ref("responses/Error")}
@@ -385,4 +399,61 @@ func rewriteRefs(node any, base string) any {
 		return out
 	}
 	return node
+}
+
+// topicPaths adds /v1/topics/{topic}/keys/{key} of one served topic: the key's event, its
+// payload described by the topic's schema in the registry when there is one.
+func (s *Server) topicPaths(paths, schemas obj, topic string, ver *schema.Version, responses obj, condParams []any, security []any) {
+	payload := obj{"description": "The event's JSON payload (never null: a tombstone is a 404)."}
+	if ver != nil {
+		var doc any
+		if json.Unmarshal(ver.Schema, &doc) == nil {
+			if m, ok := doc.(obj); ok {
+				name := "TopicPayload." + topic
+				m = rewriteRefs(m, "#/components/schemas/"+name).(obj)
+				delete(m, "$id")
+				delete(m, "$schema")
+				m["description"] = "JSON Schema v" + strconv.Itoa(ver.Version) + " of topic " + ver.Topic + " (schema registry)."
+				schemas[name] = m
+				payload = ref("schemas/" + name)
+			}
+		}
+	}
+	name := "KeyEvent." + topic
+	schemas[name] = obj{
+		"type": "object", "required": []string{"topic", "key", "id", "partition", "seq", "ts", "payload"}, "additionalProperties": false,
+		"properties": obj{
+			"topic":     obj{"type": "string", "const": topic},
+			"key":       obj{"type": "string"},
+			"id":        obj{"type": "string", "description": "The event ID."},
+			"partition": obj{"type": "integer", "minimum": 0},
+			"seq":       obj{"type": "integer", "minimum": 1, "description": "The event's stream sequence (also its ETag's version)."},
+			"ts":        obj{"type": "string", "format": "date-time", "description": "The event time."},
+			"payload":   payload,
+		},
+	}
+	ok := obj{}
+	for k, v := range responses {
+		ok[k] = v
+	}
+	ok["200"] = obj{"description": "The key's last event (or its last at or before at=).",
+		"headers": obj{"ETag": ref("headers/ETag"), "Last-Modified": ref("headers/Last-Modified"), "Cache-Control": ref("headers/Cache-Control")},
+		"content": obj{"application/json": obj{"schema": ref("schemas/" + name)}}}
+	params := append([]any{
+		obj{"name": "key", "in": "path", "required": true, "description": "The event key (URL-encoded).", "schema": obj{"type": "string"}},
+		obj{"name": "at", "in": "query", "description": "The key's last event stored at or before this time (RFC 3339 or Unix ms; the stream's time).", "schema": obj{"type": "string"}},
+	}, condParams...)
+	op := func(head bool) obj {
+		o := obj{"operationId": "get_topic_" + topic, "summary": "The state of a key of keyed topic " + topic + ", from the stream.",
+			"tags": []string{"topic " + topic}, "parameters": params, "responses": ok}
+		if head {
+			o["operationId"] = "head_topic_" + topic
+			o["summary"] = "Headers of the state of a key of topic " + topic + "."
+		}
+		if security != nil {
+			o["security"] = security
+		}
+		return o
+	}
+	paths["/v1/topics/"+topic+"/keys/{key}"] = obj{"get": op(false), "head": op(true)}
 }

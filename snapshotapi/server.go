@@ -28,12 +28,13 @@ const (
 	routeList    = "/v1/views/:view"
 	routeKey     = "/v1/views/:view/:key"
 	routeOpenAPI = "/openapi.json"
-	// Reserved for state from the stream (keyed topics): /v1/topics/:topic/keys/:key.
+	// routeTopicKey is the state of a key of a keyed topic, from the stream.
+	routeTopicKey = "/v1/topics/:topic/keys/:key"
 )
 
 // Patterns are the http.ServeMux patterns of the API's routes, for mounting its handler
 // beside others.
-var Patterns = []string{"/v1/views/", "/openapi.json"}
+var Patterns = []string{"/v1/views/", "/v1/topics/", "/openapi.json"}
 
 // Schemas is what the Server needs of a schema registry: the latest schema of a topic, for
 // /openapi.json. *schema.Registry has it.
@@ -45,10 +46,14 @@ var _ Schemas = (*schema.Registry)(nil)
 
 // Deps are the Server's connections.
 type Deps struct {
-	// Mongo reads the views, their history, checkpoints and jetbus_projections. Required.
+	// Mongo reads the views, their history, checkpoints and jetbus_projections. Required
+	// when Config.Views is not empty.
 	Mongo *mongo.Client
 	// Schemas, when set, puts each view's topic schema in /openapi.json.
 	Schemas Schemas
+	// Keys reads the keys of Config.Topics from their streams (package jetstream's Bus).
+	// Required when Config.Topics is not empty.
+	Keys jetbus.KeyReader
 }
 
 // Option configures New; a nil Option is skipped.
@@ -76,6 +81,8 @@ type Server struct {
 	cfg     Config
 	mongo   *mongo.Client
 	schemas Schemas
+	keys    jetbus.KeyReader
+	topics  map[string]bool
 	views   map[string]*view
 	order   []*view
 	auth    *authorizer
@@ -99,8 +106,11 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if deps.Mongo == nil {
-		return nil, fmt.Errorf("%w: Deps.Mongo is nil", ErrInvalidConfig)
+	if deps.Mongo == nil && len(cfg.Views) > 0 {
+		return nil, fmt.Errorf("%w: Deps.Mongo is nil, and Views are served", ErrInvalidConfig)
+	}
+	if len(cfg.Topics) > 0 && deps.Keys == nil {
+		return nil, fmt.Errorf("%w: Deps.Keys is nil, and Topics are served", ErrInvalidConfig)
 	}
 	var o settings
 	for _, opt := range opts {
@@ -118,7 +128,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, mongo: deps.Mongo, schemas: deps.Schemas, views: map[string]*view{},
+	s := &Server{cfg: cfg, mongo: deps.Mongo, schemas: deps.Schemas, keys: deps.Keys, topics: map[string]bool{}, views: map[string]*view{},
 		auth: newAuthorizer(cfg), cursors: cursorCodec{key: cfg.CursorKey}, cache: newDocCache(cfg.CacheBytes),
 		metrics: m, log: o.log, now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
@@ -126,6 +136,9 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 		vw := newView(v, deps.Mongo)
 		s.views[v.Name] = vw
 		s.order = append(s.order, vw)
+	}
+	for _, t := range cfg.Topics {
+		s.topics[t] = true
 	}
 	s.echo = s.router()
 	return s, nil
@@ -150,6 +163,7 @@ func (s *Server) router() *echo.Echo {
 		e.Add(m, routeList, s.getList)
 		e.Add(m, routeKey, s.getKey)
 		e.Add(m, routeOpenAPI, s.getOpenAPI)
+		e.Add(m, routeTopicKey, s.getTopicKey)
 	}
 	return e
 }
@@ -257,10 +271,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-		defer cancel()
-		c.SetRequest(r.WithContext(ctx))
-		return next(c)
+		rc := &requestContext{Context: c, ctx: deadlineCtx{Context: r.Context(), deadline: start.Add(s.cfg.RequestTimeout)}}
+		defer rc.ctx.stop()
+		return next(rc)
 	}
 }
 
@@ -286,7 +299,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.As(err, &he):
 		switch he.Code {
 		case http.StatusNotFound:
-			ae = newError(he.Code, CodeNotFound, "no such route: the API serves /v1/views/{view}, /v1/views/{view}/{key} and /openapi.json")
+			ae = newError(he.Code, CodeNotFound, "no such route: the API serves /v1/views/{view}, /v1/views/{view}/{key}, /v1/topics/{topic}/keys/{key} and /openapi.json")
 		case http.StatusMethodNotAllowed:
 			ae = newError(he.Code, CodeMethodNotAllowed, "the API is read-only: GET and HEAD only")
 		case http.StatusRequestEntityTooLarge:
@@ -447,6 +460,24 @@ func acceptsGzip(r *http.Request) bool {
 		return q > 0
 	}
 	return false
+}
+
+// Field values shared by responses: each slice is full (len == cap), so that a later Add
+// (CORS's Vary: Origin) copies it instead of writing into it.
+var (
+	noCache            = []string{DefaultCacheControl}[:1:1]
+	varyAcceptEncoding = []string{"Accept-Encoding"}[:1:1]
+)
+
+// cacheHeaders sets Cache-Control and adds Accept-Encoding to Vary, without allocating for
+// either on the hot path.
+func cacheHeaders(h http.Header, cacheControl []string) {
+	h["Cache-Control"] = cacheControl
+	if len(h["Vary"]) == 0 {
+		h["Vary"] = varyAcceptEncoding
+		return
+	}
+	addVary(h, "Accept-Encoding")
 }
 
 // addVary adds field to Vary unless it is there.

@@ -32,14 +32,18 @@ type view struct {
 	filterNames []string
 	fields      *fieldSet
 	tags        [2]string // view tag without and with meta
-	db          *mongo.Database
+	// cacheControl is the Cache-Control field value, shared by every response (see
+	// cacheHeaders).
+	cacheControl []string
+	db           *mongo.Database
 	// listProjection is the projection of list reads (nil: whole documents).
 	listProjection bson.D
 	live           liveCache
 }
 
 func newView(v View, client *mongo.Client) *view {
-	vw := &view{View: v, fields: newFieldSet(v.Fields), tags: viewTag(v), db: client.Database(v.Database)}
+	vw := &view{View: v, fields: newFieldSet(v.Fields), tags: viewTag(v), db: client.Database(v.Database),
+		cacheControl: []string{v.CacheControl}[:1:1]}
 	vw.filterNames = slices.Sorted(maps.Keys(v.Filters))
 	if len(v.Fields) > 0 {
 		p := bson.D{{Key: "_id", Value: 1}, {Key: "_v", Value: 1}, {Key: "_ts", Value: 1}, {Key: "_deleted", Value: 1}}
@@ -153,6 +157,8 @@ func (s *Server) readDoc(ctx context.Context, v *view, live liveState, key strin
 			return d, true, nil
 		}
 		s.metrics.cacheLookup("miss")
+	} else {
+		s.metrics.cacheLookup("bypass")
 	}
 	t := s.cache.begin(v.Database)
 	defer s.cache.end(t)

@@ -21,8 +21,9 @@ import (
 	"github.com/jetbus/jetbus/schema"
 )
 
-// reasons a dead letter can have: dlq's, and those DESIGN.md gives projections and ingress.
-var reasons = []string{dlq.ReasonMaxAttempts, dlq.ReasonPermanent, dlq.ReasonDecode, dlq.ReasonMaxDeliveries, dlq.ReasonParked, "projection", "ingress"}
+// reasons a dead letter can have: the Bus middleware's, and those of projections, ingress and changefeeds.
+var reasons = []string{dlq.ReasonMaxAttempts, dlq.ReasonPermanent, dlq.ReasonDecode, dlq.ReasonMaxDeliveries, dlq.ReasonParked,
+	dlq.ReasonProjection, dlq.ReasonIngress, dlq.ReasonChangefeed}
 
 // dlqCmd is what every dlq subcommand shares: connection and filter flags, and the open Queue.
 type dlqCmd struct {

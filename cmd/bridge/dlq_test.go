@@ -106,3 +106,12 @@ func TestDLQCommands(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, n)
 }
+
+// TestReasonFlagTakesEveryReason: --reason accepts the reasons every part of jetbus writes,
+// so each kind of dead letter can be listed, replayed and discarded on its own.
+func TestReasonFlagTakesEveryReason(t *testing.T) {
+	for _, r := range []string{dlq.ReasonMaxAttempts, dlq.ReasonPermanent, dlq.ReasonDecode, dlq.ReasonMaxDeliveries,
+		dlq.ReasonParked, dlq.ReasonProjection, dlq.ReasonIngress, dlq.ReasonChangefeed} {
+		assert.Contains(t, reasons, r)
+	}
+}

@@ -62,7 +62,7 @@ type built struct {
 	out  []byte
 }
 
-// binaries builds bridge and projector (with tags) once per test binary and returns their
+// binaries builds bridge, projector and jetbus-dev (with tags) once per test binary and returns their
 // directory.
 func binaries(t *testing.T, tags string) string {
 	t.Helper()
@@ -77,7 +77,7 @@ func binaries(t *testing.T, tags string) string {
 		if tags != "" {
 			args = append(args, "-tags", tags)
 		}
-		b.out, b.err = exec.Command("go", append(args, "../bridge", "../projector")...).CombinedOutput()
+		b.out, b.err = exec.Command("go", append(args, "../bridge", "../projector", "../jetbus-dev")...).CombinedOutput()
 	})
 	require.NoError(t, b.err, "go build: %s", b.out)
 	return b.dir

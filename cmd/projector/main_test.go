@@ -64,13 +64,6 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// TestRebuildNotYet: the interim answer until projections exist.
-func TestRebuildNotYet(t *testing.T) {
-	code, _, errOut := runArgs(t, "rebuild", "--config", "../../examples/jetbus.yaml", "orders-view")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "projector rebuild is not available yet")
-}
-
 func TestConfigErrorsAtStart(t *testing.T) {
 	bad := t.TempDir() + "/bad.yaml"
 	require.NoError(t, os.WriteFile(bad, []byte("views:\n  - name: v\n    projection: nope\n"), 0o644))

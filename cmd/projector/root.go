@@ -2,9 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/ops"
 	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/projection"
 )
 
 func newRoot() *cobra.Command {
@@ -42,25 +42,34 @@ func projectorSpec(cfg *config.Config) (process.Spec, error) {
 		if err := process.EnsureTopics(ctx, env.Bus, cfg.Topics, env.Logger); err != nil {
 			return nil, err
 		}
-		if len(cfg.Projections) > 0 || len(cfg.Views) > 0 {
-			env.Logger.Warn("projections and the snapshot API are configured but not built into this projector yet: they do not run",
-				"projections", len(cfg.Projections), "views", len(cfg.Views))
+		comps, err := projectionComponents(ctx, env, cfg)
+		if err != nil {
+			return nil, err
 		}
-		return nil, nil
+		api, err := apiComponents(ctx, env, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return append(comps, api...), nil
 	}
 	return spec, nil
 }
-
-// errNoProjections says rebuild waits for the projection package.
-var errNoProjections = errors.New("projector rebuild is not available yet: this build has no projections to rebuild")
 
 func rebuildCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rebuild NAME",
 		Short: "Rebuild a projection from the earliest event into a new collection, then switch readers to it",
-		Args:  cli.ExactArgs("NAME"),
+		Long: "Rebuild a changelog projection from the earliest event into its next generation (<collection>-g<N>, consumed\n" +
+			"as group <name>-g<N>) while the live one keeps serving; when it has caught up, switch every reader to it in one\n" +
+			"write of jetbus_projections. Running projectors follow within a second; the rebuild hands the new generation\n" +
+			"to them and removes the previous one after --grace. Progress (events done / total, rate, ETA) on stderr.",
+		Args: cli.ExactArgs("NAME"),
 	}
 	conn := cli.ConnFlags(cmd, false)
+	handover := cmd.Flags().Duration("handover", 30*time.Second, "after the switch, how long to keep writing the new generation until a running projector takes it over")
+	grace := cmd.Flags().Duration("grace", 10*time.Second, "how long after the switch the previous generation is removed (readers cache the live collection for a second)")
+	keep := cmd.Flags().Bool("keep-previous", false, "keep the previous generation's collections, consumers and checkpoints")
+	timeout := cmd.Flags().Duration("timeout", 0, "give up after this long (0: never)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		cfg, err := conn.Load()
 		if err != nil {
@@ -68,16 +77,16 @@ func rebuildCommand() *cobra.Command {
 		}
 		var names []string
 		for _, p := range cfg.Projections {
+			if p.Name == args[0] {
+				return rebuild(cmd, cfg, p, projection.RebuildOptions{Handover: *handover, Grace: *grace, KeepPrevious: *keep}, *timeout)
+			}
 			names = append(names, p.Name)
 		}
-		if !slices.Contains(names, args[0]) {
-			declared := strings.Join(names, ", ")
-			if declared == "" {
-				declared = "none; pass --config"
-			}
-			return cli.Usagef("unknown projection %q (declared: %s)", args[0], declared)
+		declared := strings.Join(names, ", ")
+		if declared == "" {
+			declared = "none; pass --config"
 		}
-		return errNoProjections
+		return cli.Usagef("unknown projection %q (declared: %s)", args[0], declared)
 	}
 	return cmd
 }

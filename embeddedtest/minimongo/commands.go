@@ -161,6 +161,9 @@ func (s *Server) handle(c *conn, m *message) bson.D {
 	if wrote {
 		c.lastOp = s.st.ver
 	}
+	if s.persist != nil && ddlCommands[name] {
+		s.persist.ddl = true
+	}
 	if err != nil {
 		s.log.Debug("minimongo: command failed", "command", name, "db", dbName, "conn", c.id, "error", err)
 	}

@@ -22,13 +22,7 @@ func parseValidation(r *request, v *validation) error {
 		if !isDoc {
 			return newErr(codeTypeMismatch, "BSON field '%s.validator' is the wrong type '%s', expected type 'object'", r.name, typeName(x))
 		}
-		for _, e := range d {
-			switch e.Key {
-			case "$jsonSchema", "$expr", "$where", "$text", "$near", "$nearSphere":
-				return errUnsupported("validator operator " + e.Key)
-			}
-		}
-		m, err := compileFilter(d)
+		m, err := compileValidator(d)
 		if err != nil {
 			return err
 		}
@@ -51,6 +45,17 @@ func parseValidation(r *request, v *validation) error {
 		}
 	}
 	return nil
+}
+
+// compileValidator compiles a validator's query filter.
+func compileValidator(d bson.D) (matcher, error) {
+	for _, e := range d {
+		switch e.Key {
+		case "$jsonSchema", "$expr", "$where", "$text", "$near", "$nearSphere":
+			return nil, errUnsupported("validator operator " + e.Key)
+		}
+	}
+	return compileFilter(d)
 }
 
 // validate checks a document about to be written under key, as MongoDB's

@@ -172,6 +172,29 @@
 // connection, wakes every waiting operation and returns once all goroutines of the server
 // have stopped.
 //
+// # Persistence
+//
+// Without Options.Dir all data lives in memory and is gone when the Server is closed. With
+// a Dir (make dev keeps its data under ./data/mongo), the committed state survives a
+// restart on the same Dir: databases, collections with their UUIDs, options and
+// validators, index definitions (entries are rebuilt on load), documents in natural order
+// and the oplog, so change streams resume across the restart from tokens handed out
+// before it. Open transactions, sessions, cursors and fail points are not kept, as a
+// restarted mongod keeps none of them.
+//
+// The state is one file, Dir/state.bson: BSON records ending with a record count and a
+// CRC-32C, written to a temporary file, synced and renamed over the old one, so the file on
+// disk is always one complete snapshot. It is written every Options.SnapshotInterval
+// (default 5 s) while the state changes, and by Close after the last command finished:
+// every write the server acknowledged before Close is in the final snapshot, and Close
+// returns the error when it cannot be written. A process killed without Close loses at
+// most the writes of the last interval; the next start moves the cluster time past the
+// killed server's, so new events sort after any it handed out. Start refuses, naming the
+// file and what is wrong with it, a state file that is truncated, fails its checksum, is
+// not a minimongo state file or has another format version: it never starts empty over
+// data it could not read. This is a development convenience, not a journal: there is no
+// write-ahead log, and one Server at a time may use a Dir.
+//
 // # Not supported
 //
 // Authentication, TLS, compression, collations, text/geo/hashed/wildcard indexes,
@@ -181,6 +204,6 @@
 // time-series collections, renameCollection across databases, collMod options other than
 // those above, fail points other than failCommand, explain, snapshot reads outside
 // transactions, showExpandedEvents in change streams, query plans (hints are checked for
-// existence only; only _id and unique indexes speed up lookups), and persistence: all data
-// lives in memory and is gone when the Server is closed.
+// existence only; only _id and unique indexes speed up lookups), and durability of each
+// write (see Persistence).
 package minimongo

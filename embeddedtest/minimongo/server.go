@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -33,6 +35,15 @@ type Options struct {
 	TransactionLifetime time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Dir, when set, keeps the server's committed state across restarts in the file
+	// Dir/state.bson (see Persistence in the package documentation): Start loads it if it
+	// exists, and the server writes it every SnapshotInterval while it changes and on
+	// Close. Start creates Dir if needed. One Server at a time may use a Dir. Empty keeps
+	// everything in memory only.
+	Dir string
+	// SnapshotInterval is how often a server with a Dir writes its state; default 5
+	// seconds. A crash (a stop without Close) loses at most the writes of one interval.
+	SnapshotInterval time.Duration
 }
 
 // Server is an in-process server speaking the MongoDB wire protocol.
@@ -53,6 +64,7 @@ type Server struct {
 
 	st      *storage
 	failCmd *failCommand // the failCommand fail point; nil until configured
+	persist *persister   // nil without Options.Dir
 }
 
 // Start starts a server listening on loopback.
@@ -75,28 +87,48 @@ func Start(opts Options) (*Server, error) {
 	if opts.TransactionLifetime <= 0 {
 		opts.TransactionLifetime = 60 * time.Second
 	}
+	if opts.SnapshotInterval <= 0 {
+		opts.SnapshotInterval = defaultSnapshotInterval
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ln, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
 		opts:      opts,
 		log:       log,
-		ln:        ln,
-		addr:      ln.Addr().String(),
 		processID: bson.NewObjectID(),
 		closing:   make(chan struct{}),
 		conns:     map[net.Conn]struct{}{},
 	}
 	s.cond = sync.NewCond(&s.mu)
 	s.st = newStorage(s)
+	if opts.Dir != "" {
+		if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("minimongo: %w", err)
+		}
+		removeStaleTemps(opts.Dir)
+		s.persist = &persister{path: filepath.Join(opts.Dir, stateFileName)}
+		if err := s.st.loadState(s.persist.path, opts.OplogSize); err != nil {
+			return nil, err
+		}
+		p := s.persist
+		p.savedVer, p.savedTS = s.st.ver, s.st.lastTS
+		p.doneVer, p.doneTS = p.savedVer, p.savedTS
+		log.Debug("minimongo: state loaded", "file", s.persist.path, "databases", len(s.st.dbs), "events", len(s.st.oplog))
+	}
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return nil, err
+	}
+	s.ln, s.addr = ln, ln.Addr().String()
 	s.wg.Add(2)
 	go s.acceptLoop()
 	go s.sweepLoop()
+	if s.persist != nil {
+		s.wg.Add(1)
+		go s.snapshotLoop()
+	}
 	return s, nil
 }
 
@@ -110,7 +142,8 @@ func (s *Server) URI() string {
 }
 
 // Close stops the server, closes every connection and waits for all of its
-// goroutines to finish.
+// goroutines to finish. A server with a Dir then writes its state; Close reports
+// whether that failed.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -126,6 +159,9 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	err := s.ln.Close()
 	s.wg.Wait()
+	if s.persist != nil && !s.persist.noFinal {
+		err = errors.Join(err, s.writeSnapshot(true))
+	}
 	return err
 }
 

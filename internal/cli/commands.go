@@ -27,7 +27,7 @@ func RunCommand(short, long string, build func(cfg *config.Config) (process.Spec
 	cmd := &cobra.Command{Use: "run", Short: short, Long: long, Args: NoArgs}
 	conn := ConnFlags(cmd, true)
 	dev := cmd.Flags().Bool("dev", false, "start the embedded NATS server and the MongoDB test backend in this process, where the configuration says NATS and MongoDB are (dev builds only)")
-	devDir := cmd.Flags().String("dev-dir", "data", "with --dev: directory of JetStream's store")
+	devDir := cmd.Flags().String("dev-dir", "data", "with --dev: directory of the dev data: JetStream's store, and the MongoDB test backend's under mongo/")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *dev && !devmode.Available() {
 			return &UsageError{Err: devmode.ErrNotBuilt}

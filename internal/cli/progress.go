@@ -54,7 +54,25 @@ func (p *Progress) Set(done, failed int) {
 		return
 	}
 	p.step, p.last = step, done >= p.total
-	fmt.Fprintf(p.w, "%s: %d/%d (%d failed) after %s\n", p.what, done, p.total, failed, time.Since(p.start).Round(time.Millisecond))
+	took := time.Since(p.start)
+	line := fmt.Sprintf("%s: %d/%d (%d failed) after %s", p.what, done, p.total, failed, took.Round(time.Millisecond))
+	if rate := float64(done) / took.Seconds(); done > 0 && done < p.total && rate > 0 {
+		eta := time.Duration(float64(p.total-done) / rate * float64(time.Second))
+		line += fmt.Sprintf(", %.0f/s, ETA %s", rate, eta.Round(time.Second))
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+// SetTotal changes the amount of work, for work that grows while it runs (a rebuild, while
+// events keep coming).
+func (p *Progress) SetTotal(total int) {
+	if total == p.total {
+		return
+	}
+	p.total = total
+	if p.bar != nil {
+		p.bar.ChangeMax(total)
+	}
 }
 
 // Finish ends the bar.

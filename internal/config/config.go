@@ -16,7 +16,7 @@ import (
 type Config struct {
 	NATS        NATS         `yaml:"nats" desc:"How to reach NATS and JetStream. Flags: --nats-url, --nats-creds, --nats-nkey, --nats-user, --nats-password, --nats-token, --tls-ca, --tls-cert, --tls-key."`
 	Mongo       Mongo        `yaml:"mongo" desc:"How to reach MongoDB: needed by projections, changefeeds and outboxes. Flag: --mongo-uri."`
-	HTTP        HTTP         `yaml:"http" desc:"The HTTP server of each process: /healthz, /readyz, /metrics and /v1/ops/status, and in the projector the snapshot API. Flag: --http-addr."`
+	HTTP        HTTP         `yaml:"http" desc:"The HTTP servers of each process: /healthz, /readyz, /metrics and /v1/ops/status on addr (flag: --http-addr), and in the projector the snapshot API there too (or on api_addr when set)."`
 	Log         Log          `yaml:"log" desc:"Logging (JSON lines on standard error). Flag: --log-level."`
 	Shutdown    Shutdown     `yaml:"shutdown" desc:"Graceful shutdown on SIGTERM or SIGINT: stop fetching, drain in-flight work, release leases. A second signal exits at once."`
 	Topics      []Topic      `yaml:"topics" desc:"Topics the processes ensure at start (create, or update to these settings). Projections, changefeeds and ingress may only name topics declared here."`
@@ -63,6 +63,8 @@ type HTTP struct {
 	Addr           string        `yaml:"addr" default:":8080" check:"addr" desc:"Listen address (host:port; port 0 picks a free one, logged at start)." example:"127.0.0.1:9090"`
 	RequestTimeout time.Duration `yaml:"request_timeout" default:"10s" min:"1" desc:"Longest time one request may take."`
 	CORSOrigins    []string      `yaml:"cors_origins" desc:"Origins allowed to call the snapshot API from a browser (\"*\": any)." example:"[https://app.example.com]"`
+	APIAddr        string        `yaml:"api_addr" check:"addr" desc:"A separate listen address for the projector's snapshot API (host:port; port 0 picks a free one, logged at start). Empty (the default): the API is served on addr, beside the operations endpoints." example:"127.0.0.1:8090"`
+	Topics         []string      `yaml:"topics" check:"topic" desc:"Keyed topics whose keys the snapshot API serves from their streams at /v1/topics/{topic}/keys/{key}; each must be declared keyed in topics. A token reads one with the scope topic:<name>." example:"[customers]"`
 }
 
 // Log configures logging.
@@ -138,16 +140,18 @@ type Outbox struct {
 
 // Projection materializes a topic into a collection.
 type Projection struct {
-	Name       string        `yaml:"name" required:"true" check:"group" desc:"Projection name, also its consumer group." example:"orders-view"`
-	Topic      string        `yaml:"topic" required:"true" check:"topic" desc:"Topic read; it must be declared in topics." example:"orders"`
-	Database   string        `yaml:"database" check:"database" desc:"Database of the collection (default mongo.database)."`
-	Collection string        `yaml:"collection" required:"true" check:"collection" desc:"Collection written, one document per event key." example:"orders"`
-	Mode       string        `yaml:"mode" default:"replace" enum:"replace|merge" desc:"replace: the payload is the whole state; merge: the payload's top-level fields are set, its null fields unset."`
-	Version    string        `yaml:"version" check:"json-pointer" desc:"JSON pointer to the version in the payload (e.g. /version); empty: the stream sequence. Older versions never overwrite newer ones." example:"/version"`
-	Tombstones string        `yaml:"tombstones" default:"delete" enum:"delete|keep" desc:"What a null payload does: delete the document, or keep it marked _deleted."`
-	Indexes    []Index       `yaml:"indexes" desc:"Secondary indexes created at start (idempotently); a view may sort only on a field that leads one."`
-	History    time.Duration `yaml:"history" desc:"Keep every applied version in <collection>_history for this long, for reads at a past time (0: no history)." example:"720h"`
-	BatchSize  int           `yaml:"batch_size" default:"100" min:"1" max:"10000" desc:"Events fetched and written per bulk write."`
+	Name             string        `yaml:"name" required:"true" check:"group" desc:"Projection name, also its consumer group." example:"orders-view"`
+	Topic            string        `yaml:"topic" required:"true" check:"topic" desc:"Topic read; it must be declared in topics." example:"orders"`
+	Database         string        `yaml:"database" check:"database" desc:"Database of the collection (default mongo.database)."`
+	Collection       string        `yaml:"collection" required:"true" check:"collection" desc:"Collection written, one document per event key." example:"orders"`
+	Mode             string        `yaml:"mode" default:"replace" enum:"replace|merge" desc:"replace: the payload is the whole state; merge: the payload's top-level fields are set, its null fields unset."`
+	Version          string        `yaml:"version" check:"json-pointer" desc:"JSON pointer to the version in the payload (e.g. /version); empty: the stream sequence. Older versions never overwrite newer ones." example:"/version"`
+	Tombstones       string        `yaml:"tombstones" default:"delete" enum:"delete|keep" desc:"What a null payload does: delete the document, or keep it marked _deleted."`
+	Indexes          []Index       `yaml:"indexes" desc:"Secondary indexes created at start (idempotently); a view may sort only on a field that leads one."`
+	History          time.Duration `yaml:"history" desc:"Keep every applied version in <collection>_history for this long, for reads at a past time (0: no history)." example:"720h"`
+	BatchSize        int           `yaml:"batch_size" default:"100" min:"1" max:"10000" desc:"Events fetched and written per bulk write."`
+	Linger           time.Duration `yaml:"linger" default:"5ms" desc:"How long a partition waits for a batch to fill before writing what it has: the most latency a quiet topic adds."`
+	DeletedRetention time.Duration `yaml:"deleted_retention" default:"24h" min:"1" desc:"With tombstones: delete, how long a deleted key keeps a marker with its version (readers skip it) before MongoDB's TTL monitor removes it: an event of that key older than the tombstone arriving within this time cannot bring the key back."`
 }
 
 // Index is a secondary index of a projection's collection.
@@ -178,7 +182,7 @@ type Auth struct {
 type Token struct {
 	Name  string   `yaml:"name" desc:"Who holds the token (for logs)." example:"dashboard"`
 	Token string   `yaml:"token" required:"true" secret:"true" desc:"The token; use ${ENV_VAR} to keep it out of the file." example:"${DASHBOARD_TOKEN}"`
-	Views []string `yaml:"views" required:"true" desc:"Views it may read (\"*\": all)." example:"[orders]"`
+	Views []string `yaml:"views" required:"true" desc:"Views it may read, and topic:<name> for a topic of http.topics (\"*\": all)." example:"[orders]"`
 }
 
 // JWT configures JWT validation. Set at most one of hs256_secret and rs256_public_key.

@@ -142,8 +142,27 @@ func (c *Config) crossCheck(is *issues) {
 		}
 	}
 
+	apiTopics := map[string]int{}
+	for i, name := range c.HTTP.Topics {
+		if j, dup := apiTopics[name]; dup {
+			is.add("http.topics["+strconv.Itoa(i)+"]", "%q is declared twice (also http.topics[%d])", name, j)
+			continue
+		}
+		apiTopics[name] = i
+		if ti, ok := topics[name]; !ok {
+			unknownTopic("http.topics["+strconv.Itoa(i)+"]", name)
+		} else if !c.Topics[ti].Keyed {
+			is.add("http.topics["+strconv.Itoa(i)+"]", "topic %q is not keyed: the API reads keys only of keyed topics (set keyed: true)", name)
+		}
+	}
 	for i, t := range c.Auth.Tokens {
 		for j, v := range t.Views {
+			if name, ok := strings.CutPrefix(v, "topic:"); ok {
+				if _, ok := apiTopics[name]; !ok {
+					is.add(fmt.Sprintf("auth.tokens[%d].views[%d]", i, j), "topic %q is not declared in http.topics%s", name, near(name, keys(apiTopics)))
+				}
+				continue
+			}
 			if _, ok := views[v]; !ok && v != "*" {
 				is.add(fmt.Sprintf("auth.tokens[%d].views[%d]", i, j), "view %q is not declared in views%s", v, near(v, keys(views)))
 			}

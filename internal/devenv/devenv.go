@@ -1,11 +1,13 @@
 // Package devenv runs jetbus's local environment for `make dev` and the binaries' --dev mode:
-// an embedded nats-server with JetStream storing under a directory, and the MongoDB test
-// backend, both on loopback. It is for a developer's machine, not for production: production
+// an embedded nats-server with JetStream storing under <Dir>/jetstream, and the MongoDB test
+// backend keeping its data under <Dir>/mongo, both on loopback, so the data survives a
+// restart on the same directory. It is for a developer's machine, not for production: production
 // points --nats-url and --mongo-uri at real clusters.
 package devenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,7 +22,8 @@ import (
 
 // Config says where the environment listens and stores.
 type Config struct {
-	// Dir holds JetStream's store (default "./data").
+	// Dir holds JetStream's store (Dir/jetstream) and the MongoDB backend's data (Dir/mongo);
+	// default "./data".
 	Dir string
 	// NATSPort is the NATS client port (default 4222; -1 picks a free one).
 	NATSPort int
@@ -58,10 +61,11 @@ func Start(cfg Config) (*Env, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	dir, err := filepath.Abs(filepath.Join(cfg.Dir, "jetstream"))
+	root, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
+	dir, mongoDir := filepath.Join(root, "jetstream"), filepath.Join(root, "mongo")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("devenv: %w", err)
 	}
@@ -76,16 +80,20 @@ func Start(cfg Config) (*Env, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("devenv: mongo address %q: %w", cfg.MongoAddr, err)
 	}
-	ms, err := minimongo.Start(minimongo.Options{Addr: cfg.MongoAddr, Logger: log})
+	ms, err := minimongo.Start(minimongo.Options{Addr: cfg.MongoAddr, Dir: mongoDir, Logger: log})
 	if err != nil {
 		ns.Shutdown()
-		return nil, fmt.Errorf("devenv: mongo backend (is %s free?): %w", cfg.MongoAddr, err)
+		ns.WaitForShutdown()
+		if _, listening := errors.AsType[*net.OpError](err); listening {
+			return nil, fmt.Errorf("devenv: mongo backend (is %s free?): %w", cfg.MongoAddr, err)
+		}
+		return nil, fmt.Errorf("devenv: mongo backend: %w", err)
 	}
-	log.Info("dev environment up", "nats", ns.ClientURL(), "jetstream_dir", dir, "mongo", ms.URI())
+	log.Info("dev environment up", "nats", ns.ClientURL(), "jetstream_dir", dir, "mongo", ms.URI(), "mongo_dir", mongoDir)
 	return &Env{NATS: ns, Mongo: ms}, nil
 }
 
-// Close stops both servers.
+// Close stops both servers; the MongoDB backend writes its data to Dir/mongo first.
 func (e *Env) Close() error {
 	err := e.Mongo.Close()
 	e.NATS.Shutdown()

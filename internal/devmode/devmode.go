@@ -21,7 +21,7 @@ var ErrNotBuilt = errors.New("--dev needs a dev build, which links the embedded 
 
 // Config says where the embedded servers listen and store.
 type Config struct {
-	// Dir holds JetStream's store (default "data").
+	// Dir holds JetStream's store and the MongoDB test backend's data (<Dir>/mongo); default "data".
 	Dir string
 	// NATSURL is where NATS should listen, e.g. nats://127.0.0.1:4222 (loopback only).
 	NATSURL string

@@ -57,6 +57,22 @@ type Env struct {
 
 	mu      sync.Mutex
 	closers []func(context.Context) error
+	handler atomic.Pointer[http.Handler]
+}
+
+// Handle serves h on the operations address (http.addr) for every path the operations
+// endpoints do not take (/healthz, /readyz, /metrics, /v1/ops/…): the projector's snapshot
+// API shares the port this way. Until a handler is set, those paths answer 404. A later
+// call replaces the handler.
+func (e *Env) Handle(h http.Handler) { e.handler.Store(&h) }
+
+// serveMounted is the operations server's fallback: the handler set with Handle, or 404.
+func (e *Env) serveMounted(w http.ResponseWriter, r *http.Request) {
+	if h := e.handler.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	http.NotFound(w, r)
 }
 
 // OnClose registers f to run after every component stopped (last registered, first run).
@@ -134,9 +150,16 @@ func Run(ctx context.Context, spec Spec) error {
 			}
 			return nil
 		}})
-		if r := runner.Load(); r != nil {
-			cs = append(cs, ops.Check{Name: "components", Func: r.Ready})
-		}
+		// Always listed, and the runner read when the check runs: setup may end between
+		// building this list and running it, and readiness must then still wait for the
+		// components.
+		cs = append(cs, ops.Check{Name: "components", Func: func(ctx context.Context) error {
+			r := runner.Load()
+			if r == nil {
+				return errors.New("not running yet")
+			}
+			return r.Ready(ctx)
+		}})
 		return cs
 	}
 	status := func(ctx context.Context) (*ops.Status, error) {
@@ -159,8 +182,11 @@ func Run(ctx context.Context, spec Spec) error {
 	if err != nil {
 		return fmt.Errorf("http.addr: %w", err)
 	}
+	mux := ops.Endpoints{Gatherer: reg, Checks: checks, Status: status}.Handler()
+	mux.HandleFunc("/", env.serveMounted)
 	srv := &http.Server{
-		Handler:           ops.Endpoints{Gatherer: reg, Checks: checks, Status: status}.Handler(),
+		Handler:           mux,
+		MaxHeaderBytes:    64 << 10,
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      cfg.HTTP.RequestTimeout + 5*time.Second,
 	}

@@ -1,0 +1,73 @@
+// Package projection materializes topics into MongoDB: a changelog projection keeps one
+// document per event key in a collection (configured, no Go needed); a transactional
+// projection runs a Go handler whose writes commit together with the partition's checkpoint.
+// It also rebuilds a changelog projection into a new collection and switches readers to it.
+//
+// It owns the view documents, their history (<collection>_history), the applied positions
+// (jetbus_checkpoints), the live-generation records (jetbus_projections) and the
+// transactional owners' session records (jetbus_owners); docs/views.md is the contract
+// readers rely on. It does not own consuming (package partition splits the partitions
+// between replicas, the Bus delivers), dead letters (package dlq), schemas (a registry's
+// upcaster is passed in as a middleware) or serving views (package snapshotapi).
+//
+// # How a batch is written
+//
+// A projection consumes its topic (and FanIn topics) as one consumer group through
+// partition.Subscribe with ManualAck deliveries. Each owned partition holds what it was
+// delivered and writes a batch when BatchSize events are held or the oldest waited Linger;
+// one batch at a time per partition, so a partition's writes are in stream order. After the
+// write succeeded, what it refused is dead-lettered (reason "projection") and the whole batch
+// is acknowledged with one AckBatch. Nothing is acknowledged before its write landed: a
+// transient failure (network, not primary, write concern, timeouts) retries the batch with
+// backoff, restarting the deliveries' ack timeout meanwhile (InProgress), so it is neither
+// redelivered nor lost.
+//
+// Changelog batches are coalesced per key: replace mode writes only a key's last event;
+// merge mode folds a key's events into one update pipeline; a tombstone resets the key. All
+// keys of a round go into ONE unordered BulkWrite. Every write carries the version guard
+// ({$lt: ["$_v", version]} inside an update pipeline), so a redelivery, a replay from the
+// earliest event, or a partition that moved mid-batch is skipped by MongoDB itself, never
+// applied and never an error. A stale event costs a no-op write, not a read.
+//
+// # Choices, and why
+//
+//   - Version guard inside the write, not a read-then-write: it is atomic per document, costs
+//     no round trip, and two owners racing on a key cannot move it backwards.
+//   - Deleted keys leave a marker {_id, _v, _ts, _topic, _deleted: true}: without it a late
+//     older event (a replay, a producer's out-of-order event) would bring a deleted key back.
+//     With Tombstones "delete" the marker expires after DeletedRetention (TTL index on
+//     _expires); readers treat a marker as absent (docs/views.md).
+//   - Data errors are per event: MongoDB's codes for a document it refuses (too large, $ or
+//     dotted names, a secondary unique index clash, validation) dead-letter the event that
+//     caused them; a coalesced write MongoDB refuses is split into single writes to find the
+//     culprit. Payloads that cannot be a document (not an object, reserved or illegal field
+//     names, too deep, numbers out of range) are refused before writing. A clash on _id is
+//     two upserts racing and is retried, not dead-lettered.
+//   - A secondary unique index is partial (only documents having its fields), so markers
+//     never clash.
+//   - The checkpoint {_id: "<group>/<topic>/p<n>", seq} is advanced with $max after each
+//     changelog bulk write: readers (read-your-writes) wait on it; a zombie never moves it
+//     back. A transactional projection moves it inside its transaction, conditionally on the
+//     seq it read (the fence): a zombie's commit fails (ErrFenced) and nothing of it applies.
+//   - A transactional partition's new owner kills the previous owner's recorded session
+//     (killSessions), so a crashed owner's open transaction does not hold the checkpoint's
+//     lock until the transaction lifetime ends. TransientTransactionError reruns the whole
+//     transaction; UnknownTransactionCommitResult retries the commit only.
+//   - Rebuild builds generation N+1 ("<collection>-g<N+1>", group "<name>-g<N+1>") beside the
+//     live one and switches readers with one conditional write of the live record in
+//     jetbus_projections (an alias, not a rename: a rename cannot replace a collection
+//     atomically while readers use it, and an alias keeps the previous generation readable
+//     for a grace period). Running projectors follow the record within a second.
+//   - A partition that stops (SIGTERM, or handed to another replica) writes and acknowledges
+//     what it holds within StopTimeout before its subscription stops and its lease is
+//     released, so the next owner never races a write of this one.
+//
+// # Metrics
+//
+// projection_events_total{projection,outcome} (written, coalesced, stale, skipped,
+// dead_lettered), projection_writes_total{projection,result} (applied, stale: the version
+// guard kept a newer document), projection_batch_size, projection_write_seconds (one bulk
+// write or one commit), projection_retries_total, projection_fenced_total,
+// projection_lag{projection,topic,partition}, projection_generation and
+// projection_rebuild{projection,what} (done, total, rate, eta_seconds, generation).
+package projection
