@@ -20,10 +20,9 @@
 //   - NATS is three in-test embedded servers on loopback (embeddedtest.Cluster): a node is
 //     stopped and restarted with its store, port and routes, which is what a node restart is,
 //     and the test needs no nats-server binary.
-//   - MongoDB is the in-test backend (minimongo) behind a TCP proxy owned by the test: the
-//     processes connect to the proxy, so "MongoDB unreachable" is the proxy dropping every
-//     connection and refusing new ones, with the data kept (the backend keeps no data across
-//     its own restart). Failing writes are MongoDB's failCommand fail point.
+//   - MongoDB is the in-test backend (minimongo) with a data directory, so "MongoDB down" is
+//     the backend stopped and started again on the same port with its data, as a mongod
+//     restart is. Failing writes are MongoDB's failCommand fail point.
 //   - Every published event has a client-chosen ID (Nats-Msg-Id, or the Bus's WithID), and a
 //     client retries an unanswered or "unavailable" publish with the same ID, as the ingress
 //     protocol asks: so "exactly once in the topic" is checkable by ID.

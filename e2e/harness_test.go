@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/embeddedtest/minimongo"
-	"github.com/jetbus/jetbus/internal/config"
 )
 
 // build holds the binaries built once per test binary.
@@ -47,14 +45,6 @@ func binaries(t *testing.T) string {
 	return build.dir
 }
 
-// apiAddrKey is the configuration of the snapshot API's own listener, when this build has one.
-func apiAddrKey() string {
-	if _, ok := reflect.TypeFor[config.HTTP]().FieldByName("APIAddr"); ok {
-		return "\n  api_addr: 127.0.0.1:0"
-	}
-	return ""
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if build.dir != "" {
@@ -63,14 +53,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// stack is the whole deployment of one test: three NATS nodes, the MongoDB test backend
-// behind a proxy, the configuration, and the bridge and projector processes.
+// stack is the whole deployment of one test: three NATS nodes, the MongoDB test backend, the
+// configuration, and the bridge and projector processes.
 type stack struct {
 	t       *testing.T
 	bin     string
 	nats    *embeddedtest.ClusterT
+	mongoMu sync.Mutex
 	mongo   *minimongo.Server
-	proxy   *proxy
+	mongoOp minimongo.Options // to restart it on the same port with the same data
 	db      string
 	config  string
 	dir     string
@@ -85,23 +76,46 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	s := &stack{t: t, bin: binaries(t), dir: t.TempDir(), db: "e2e", counter: map[string]int{}}
 	s.nats = embeddedtest.Cluster(t, 3)
-	m, err := minimongo.Start(minimongo.Options{})
+	s.mongoOp = minimongo.Options{Addr: "127.0.0.1:0", Dir: filepath.Join(s.dir, "mongo")}
+	m, err := minimongo.Start(s.mongoOp)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	s.mongo = m
-	s.proxy = startProxy(t, m.Addr())
+	s.mongo, s.mongoOp.Addr = m, m.Addr()
+	t.Cleanup(func() {
+		s.mongoMu.Lock()
+		defer s.mongoMu.Unlock()
+		if s.mongo != nil {
+			_ = s.mongo.Close()
+		}
+	})
 	s.config = filepath.Join(s.dir, "jetbus.yaml")
 	require.NoError(t, os.WriteFile(s.config, []byte(s.yaml()), 0o644))
 	return s
 }
 
-// mongoURI is where the processes (and the checker) reach MongoDB: through the proxy.
+// mongoURI is where the processes and the checker reach MongoDB; it stays the same across a
+// restart of the backend.
 func (s *stack) mongoURI() string {
-	return fmt.Sprintf("mongodb://%s/?replicaSet=rs0&directConnection=true", s.proxy.Addr())
+	return fmt.Sprintf("mongodb://%s/?replicaSet=rs0&directConnection=true", s.mongoOp.Addr)
 }
 
-// directMongoURI bypasses the proxy (for the checker and fault injection during an outage).
-func (s *stack) directMongoURI() string { return s.mongo.URI() }
+// stopMongo stops the backend cleanly (it writes its data to its directory).
+func (s *stack) stopMongo() {
+	s.t.Helper()
+	s.mongoMu.Lock()
+	defer s.mongoMu.Unlock()
+	require.NoError(s.t, s.mongo.Close())
+	s.mongo = nil
+}
+
+// startMongo starts the backend again on the same port with the same data.
+func (s *stack) startMongo() {
+	s.t.Helper()
+	s.mongoMu.Lock()
+	defer s.mongoMu.Unlock()
+	m, err := minimongo.Start(s.mongoOp)
+	require.NoError(s.t, err)
+	s.mongo = m
+}
 
 func (s *stack) yaml() string {
 	urls := strings.Split(s.nats.URLs(), ",")
@@ -111,7 +125,8 @@ mongo:
   uri: %s
   database: %s
 http:
-  addr: 127.0.0.1:0%s
+  addr: 127.0.0.1:0
+  api_addr: 127.0.0.1:0
 log:
   level: info
 shutdown:
@@ -150,7 +165,7 @@ views:
     filters: {status: string, total: number}
   - name: customers
     projection: customers-view
-`, strings.Join(urls, ", "), s.mongoURI(), s.db, apiAddrKey())
+`, strings.Join(urls, ", "), s.mongoURI(), s.db)
 }
 
 // proc is one bridge or projector process.
@@ -218,7 +233,7 @@ func (s *stack) startProc(kind string) *proc {
 	poll(60*time.Second, 20*time.Millisecond, func() bool { p.addr = listenAddr(p.logs.String()); return p.addr != "" || p.done() })
 	require.NotEmpty(s.t, p.addr, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
 	p.api = p.addr
-	if kind == "projector" && apiAddrKey() != "" {
+	if kind == "projector" {
 		poll(60*time.Second, 20*time.Millisecond, func() bool {
 			p.api = logAddr(p.logs.String(), "snapshot API listening")
 			return p.api != "" || p.done()

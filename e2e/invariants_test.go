@@ -251,10 +251,10 @@ func docsByKey(m map[string]map[string]any) map[string]map[string]any {
 	return out
 }
 
-// mongoClient connects to the backend directly (not through the proxy the processes use).
+// mongoClient connects to the backend.
 func (s *stack) mongoClient(t *testing.T) *mongo.Client {
 	t.Helper()
-	c, err := mongo.Connect(options.Client().ApplyURI(s.directMongoURI()))
+	c, err := mongo.Connect(options.Client().ApplyURI(s.mongoURI()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 	return c
