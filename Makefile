@@ -66,8 +66,9 @@ e2e-node:
 ## NATS cluster and the MongoDB test backend, under a minute of load per scenario while
 ## processes are killed, a NATS node restarts, the DLQ disappears, MongoDB fails. Figures are
 ## appended to E2E_RESULTS (see BENCHMARKS.md). make test runs the smoke version only.
-E2E_RESULTS ?= $(CURDIR)/e2e-results.md
+E2E_RESULTS ?= $(CURDIR)/bin/e2e-results.md
 e2e: e2e-node
+	mkdir -p $(dir $(E2E_RESULTS))
 	JETBUS_E2E_RESULTS=$(E2E_RESULTS) $(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e/
 
 ## test-long: the long variants (build tag long): the transactional projection killed with
