@@ -2,7 +2,7 @@
 GO        ?= go
 PKGS      ?= ./...
 
-.PHONY: all build test test-short test-long vet fmt-check lint bench bench-peers soak dev docs clean
+.PHONY: all build test test-short test-long vet fmt-check lint bench bench-peers soak dev docs clean e2e e2e-node
 
 all: build test
 
@@ -56,6 +56,20 @@ bench-peers:
 SOAK ?= 5
 soak:
 	$(GO) test -race -count=$(SOAK) -run 'Churn|Conformance|Cluster' -timeout 60m ./partition/ ./jetstream/ ./embeddedtest/
+
+## e2e-node: install the Node.js client of the end-to-end tests (e2e/nodeclient, npm ci from
+## its lockfile; needs Node 20 and npm).
+e2e-node:
+	cd e2e/nodeclient && npm ci --no-audit --no-fund
+
+## e2e: every end-to-end scenario (build tag e2e): the real binaries as processes on a 3-node
+## NATS cluster and the MongoDB test backend, under a minute of load per scenario while
+## processes are killed, a NATS node restarts, the DLQ disappears, MongoDB fails. Figures are
+## appended to E2E_RESULTS (see BENCHMARKS.md). make test runs the smoke version only.
+E2E_RESULTS ?= $(CURDIR)/bin/e2e-results.md
+e2e: e2e-node
+	mkdir -p $(dir $(E2E_RESULTS))
+	JETBUS_E2E_RESULTS=$(E2E_RESULTS) $(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e/
 
 ## test-long: the long variants (build tag long): the transactional projection killed with
 ## SIGKILL mid-batch twelve times over 30,000 events (make test runs three kills over 3,000).

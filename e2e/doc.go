@@ -1,0 +1,35 @@
+// Package e2e tests jetbus as users run it: the real bridge and projector binaries as OS
+// processes, from a generated configuration, on a 3-node NATS cluster and the MongoDB test
+// backend, fed by a foreign client (Node.js, the nats npm package, through ingress) and a Go
+// client (the Bus), read by HTTP clients — while processes are killed, a NATS node restarts
+// and MongoDB fails. It holds tests only.
+//
+// It owns the harness (the stack of servers and processes, the clients, the fault switches)
+// and the invariants checked after every scenario. It does not own any guarantee it checks:
+// those belong to the packages (partition, projection, ingress, changefeed, dlq), which prove
+// them one by one; here they are checked together, through the processes.
+//
+// # Running
+//
+//	make e2e-node    installs the Node client (e2e/nodeclient, npm ci from the lockfile)
+//	make e2e         every scenario (build tag e2e), with the load figures of BENCHMARKS.md
+//	go test ./e2e/   the smoke: one projector SIGKILL and one NATS node restart
+//
+// # Choices
+//
+//   - NATS is three in-test embedded servers on loopback (embeddedtest.Cluster): a node is
+//     stopped and restarted with its store, port and routes, which is what a node restart is,
+//     and the test needs no nats-server binary.
+//   - MongoDB is the in-test backend (minimongo) with a data directory, so "MongoDB down" is
+//     the backend stopped and started again on the same port with its data, as a mongod
+//     restart is. Failing writes are MongoDB's failCommand fail point.
+//   - Every published event has a client-chosen ID (Nats-Msg-Id, or the Bus's WithID), and a
+//     client retries an unanswered or "unavailable" publish with the same ID, as the ingress
+//     protocol asks: so "exactly once in the topic" is checkable by ID.
+//   - Payloads carry the key and a counter; the views are changelog projections versioned by
+//     the stream sequence, so the expected view is the last event of each key in the topic,
+//     read back from the streams themselves (not from what the clients believe they sent).
+//   - The Node client is used when e2e/nodeclient/node_modules exists (make e2e-node); the
+//     smoke falls back to a nats.go requester speaking the same protocol when it does not,
+//     and says so in the test log; make e2e requires it.
+package e2e

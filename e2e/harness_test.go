@@ -1,0 +1,349 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetbus/jetbus/embeddedtest"
+	"github.com/jetbus/jetbus/embeddedtest/minimongo"
+)
+
+// build holds the binaries built once per test binary.
+var build struct {
+	once sync.Once
+	dir  string
+	out  []byte
+	err  error
+}
+
+// binaries builds bridge and projector (production builds) once and returns their directory.
+func binaries(t *testing.T) string {
+	t.Helper()
+	build.once.Do(func() {
+		build.dir, build.err = os.MkdirTemp("", "jetbus-e2e-bin-")
+		if build.err != nil {
+			return
+		}
+		build.out, build.err = exec.Command("go", "build", "-o", build.dir+string(filepath.Separator),
+			"../cmd/bridge", "../cmd/projector").CombinedOutput()
+	})
+	require.NoError(t, build.err, "go build: %s", build.out)
+	return build.dir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if build.dir != "" {
+		_ = os.RemoveAll(build.dir)
+	}
+	os.Exit(code)
+}
+
+// stack is the whole deployment of one test: three NATS nodes, the MongoDB test backend, the
+// configuration, and the bridge and projector processes.
+type stack struct {
+	t       *testing.T
+	bin     string
+	nats    *embeddedtest.ClusterT
+	mongoMu sync.Mutex
+	mongo   *minimongo.Server
+	mongoOp minimongo.Options // to restart it on the same port with the same data
+	db      string
+	config  string
+	dir     string
+	mu      sync.Mutex
+	procs   []*proc
+	counter map[string]int
+}
+
+// newStack starts NATS and MongoDB and writes the configuration; the processes are started by
+// the scenario (startProc).
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{t: t, bin: binaries(t), dir: t.TempDir(), db: "e2e", counter: map[string]int{}}
+	s.nats = embeddedtest.Cluster(t, 3)
+	s.mongoOp = minimongo.Options{Addr: "127.0.0.1:0", Dir: filepath.Join(s.dir, "mongo")}
+	m, err := minimongo.Start(s.mongoOp)
+	require.NoError(t, err)
+	s.mongo, s.mongoOp.Addr = m, m.Addr()
+	t.Cleanup(func() {
+		s.mongoMu.Lock()
+		defer s.mongoMu.Unlock()
+		if s.mongo != nil {
+			_ = s.mongo.Close()
+		}
+	})
+	s.config = filepath.Join(s.dir, "jetbus.yaml")
+	require.NoError(t, os.WriteFile(s.config, []byte(s.yaml()), 0o644))
+	return s
+}
+
+// mongoURI is where the processes and the checker reach MongoDB; it stays the same across a
+// restart of the backend.
+func (s *stack) mongoURI() string {
+	return fmt.Sprintf("mongodb://%s/?replicaSet=rs0&directConnection=true", s.mongoOp.Addr)
+}
+
+// stopMongo stops the backend cleanly (it writes its data to its directory).
+func (s *stack) stopMongo() {
+	s.t.Helper()
+	s.mongoMu.Lock()
+	defer s.mongoMu.Unlock()
+	require.NoError(s.t, s.mongo.Close())
+	s.mongo = nil
+}
+
+// startMongo starts the backend again on the same port with the same data.
+func (s *stack) startMongo() {
+	s.t.Helper()
+	s.mongoMu.Lock()
+	defer s.mongoMu.Unlock()
+	m, err := minimongo.Start(s.mongoOp)
+	require.NoError(s.t, err)
+	s.mongo = m
+}
+
+func (s *stack) yaml() string {
+	urls := strings.Split(s.nats.URLs(), ",")
+	return fmt.Sprintf(`nats:
+  urls: [%s]
+mongo:
+  uri: %s
+  database: %s
+http:
+  addr: 127.0.0.1:0
+  api_addr: 127.0.0.1:0
+log:
+  level: info
+shutdown:
+  timeout: 20s
+topics:
+  - name: orders
+    partitions: 4
+    replicas: 3
+  - name: customers
+    partitions: 2
+    replicas: 3
+dlq:
+  replicas: 3
+  sweep_interval: 1s
+ingress:
+  allow: [orders]
+changefeeds:
+  - name: customers-cdc
+    collection: customers
+    topic: customers
+    start: copy_existing
+    heartbeat: 1s
+    # The projection keeps _id for the key: the document's own _id stays out of the payload.
+    pipeline:
+      - $unset: [fullDocument._id]
+projections:
+  - name: orders-view
+    topic: orders
+    collection: orders_view
+  - name: customers-view
+    topic: customers
+    collection: customers_view
+views:
+  - name: orders
+    projection: orders-view
+    filters: {status: string, total: number}
+  - name: customers
+    projection: customers-view
+`, strings.Join(urls, ", "), s.mongoURI(), s.db)
+}
+
+// proc is one bridge or projector process.
+type proc struct {
+	s      *stack
+	name   string // bridge-1, projector-2, …
+	kind   string // bridge or projector
+	cmd    *exec.Cmd
+	logs   *logBuffer
+	addr   string // ops endpoints
+	api    string // the snapshot API (projectors)
+	exited chan struct{}
+	err    error
+}
+
+// logBuffer keeps a process's output: in memory for polling, and in a file.
+type logBuffer struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	file *os.File
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.file.Write(p)
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// tail returns the last n lines.
+func (l *logBuffer) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(l.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// startProc starts a bridge or projector process and waits until it is ready.
+func (s *stack) startProc(kind string) *proc {
+	s.t.Helper()
+	s.mu.Lock()
+	s.counter[kind]++
+	name := fmt.Sprintf("%s-%d", kind, s.counter[kind])
+	s.mu.Unlock()
+	f, err := os.Create(filepath.Join(s.dir, name+".log"))
+	require.NoError(s.t, err)
+	p := &proc{s: s, name: name, kind: kind, logs: &logBuffer{file: f}, exited: make(chan struct{})}
+	p.cmd = exec.Command(filepath.Join(s.bin, kind), "run", "--config", s.config)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	require.NoError(s.t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	s.t.Cleanup(func() {
+		if !p.done() {
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+		_ = f.Close()
+		if s.t.Failed() {
+			s.t.Logf("%s (exit %v), last lines:\n%s", p.name, p.err, p.logs.tail(40))
+		}
+	})
+	poll(60*time.Second, 20*time.Millisecond, func() bool { p.addr = listenAddr(p.logs.String()); return p.addr != "" || p.done() })
+	require.NotEmpty(s.t, p.addr, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
+	p.api = p.addr
+	if kind == "projector" {
+		poll(60*time.Second, 20*time.Millisecond, func() bool {
+			p.api = logAddr(p.logs.String(), "snapshot API listening")
+			return p.api != "" || p.done()
+		})
+		require.NotEmpty(s.t, p.api, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
+	}
+	var body string
+	require.Eventually(s.t, func() bool {
+		var code int
+		code, body = p.get("/readyz")
+		return code == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "%s ready: %s", name, &body)
+	// Listed (for readers and faults) only once its addresses are known.
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return p
+}
+
+// poll calls cond every interval until it holds or within has passed, and says whether it
+// held. Unlike require.Eventually, cond runs in the caller's goroutine, so what it assigns is
+// safe to read afterwards.
+func poll(within, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+}
+
+func (p *proc) done() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill() {
+	p.s.t.Helper()
+	require.NoError(p.s.t, p.cmd.Process.Signal(syscall.SIGKILL))
+	<-p.exited
+}
+
+// term sends SIGTERM and returns the exit code, failing when the process takes longer than
+// within.
+func (p *proc) term(within time.Duration) int {
+	p.s.t.Helper()
+	require.NoError(p.s.t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.exited:
+	case <-time.After(within):
+		p.s.t.Fatalf("%s did not exit within %s of SIGTERM", p.name, within)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// get reads path from the ops endpoints, or from the snapshot API when path is under /v1/views.
+func (p *proc) get(path string) (int, string) {
+	resp, err := httpClient.Get(p.url(path))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// url is where path is served: the snapshot API (/v1/views, /v1/topics) or the ops endpoints.
+func (p *proc) url(path string) string {
+	if strings.HasPrefix(path, "/v1/views") || strings.HasPrefix(path, "/v1/topics") {
+		return "http://" + p.api + path
+	}
+	return "http://" + p.addr + path
+}
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+// running returns the live processes of kind.
+func (s *stack) running(kind string) []*proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*proc
+	for _, p := range s.procs {
+		if p.kind == kind && !p.done() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// listenAddr finds the address in the "ops server listening" log line.
+func listenAddr(logs string) string { return logAddr(logs, "ops server listening") }
+
+// logAddr finds the address in the first log line with message msg.
+func logAddr(logs, msg string) string {
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		var l struct{ Msg, Addr string }
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == msg {
+			return l.Addr
+		}
+	}
+	return ""
+}
