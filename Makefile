@@ -16,6 +16,8 @@ build:
 ## ten seconds of fuzzing the snapshot API's query grammar, and the deploy/ files' validation
 ## (nested module deploy: compose, Kubernetes, Dockerfile and NATS confs parsed offline).
 test: vet fmt-check
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory e2e-node; \
+	else echo "npm not found: the end-to-end smoke test publishes with its nats.go fallback"; fi
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 10s ./snapshotapi/
 	cd deploy && $(GO) vet ./... && $(GO) test -race -count=1 ./...

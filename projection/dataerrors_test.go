@@ -97,9 +97,12 @@ func TestDocumentTooLarge(t *testing.T) {
 	}
 	cfg := e.config("big-view")
 	cfg.Topic, cfg.Mode = "big", projection.Merge
+	// One batch carries about 17 MB: give its write, and the lease heartbeat beside it, the
+	// time they take under -race on two busy cores (the env's settings suit small documents).
+	cfg.WriteTimeout, cfg.AckTimeout, cfg.TTL = 30*time.Second, 90*time.Second, 10*time.Second
 	r := start(t, e.changelog(cfg).Run)
 	e.topic = "big"
-	e.waitLag("big-view", 60*time.Second)
+	e.waitLag("big-view", 120*time.Second)
 
 	letters := e.letters()
 	require.Len(t, letters, 1)
@@ -115,7 +118,7 @@ func TestDocumentTooLarge(t *testing.T) {
 
 	// Later events of the key apply.
 	e.publish("big", `{"f00":null,"f16":"small"}`)
-	e.waitLag("big-view", 20*time.Second)
+	e.waitLag("big-view", 120*time.Second)
 	require.NoError(t, r.stop())
 	docs = e.docs("view")
 	assert.NotContains(t, docs["big"], "f00")
