@@ -33,8 +33,11 @@ func (pc *partConsumer) recoverDeliveries() bool {
 	if b.hasPending(pc) && !pc.awaitSettled() {
 		// A reset would deliver again the events the application still holds for Bus.Ack,
 		// and it did not settle them within the ack timeout: lost deliveries come back
-		// after it instead, behind later events of their keys.
-		pc.log.Warn("deliveries held past the ack timeout: deliveries lost in flight come back out of order")
+		// after it instead, behind later events of their keys. (When the subscription is
+		// stopping, release returns them in order.)
+		if !pc.sub.stopping() {
+			pc.log.Warn("deliveries held past the ack timeout: deliveries lost in flight come back out of order")
+		}
 		pc.lastDSeq = 0
 		return true
 	}
