@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
-	"unsafe"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+
+	"github.com/jetbus/jetbus/internal/jsonenc"
 )
 
 // Rendering: view documents go from BSON to JSON without a detour through maps, keeping the
@@ -269,55 +269,11 @@ func appendTime(b []byte, ms int64) []byte {
 	return append(b, '"')
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+// appendString appends s as a JSON string (jsonenc.AppendString).
+func appendString(b []byte, s string) []byte { return jsonenc.AppendString(b, s) }
 
 // appendStringBytes is appendString of a BSON key, read in place: the string does not
 // outlive the call.
 func appendStringBytes(b []byte, s []byte) []byte {
-	if len(s) == 0 {
-		return append(b, `""`...)
-	}
-	return appendString(b, unsafe.String(&s[0], len(s)))
+	return jsonenc.AppendString(b, s)
 }
