@@ -398,6 +398,14 @@ func (h *Harness) testCursorRebuild(t *testing.T) {
 	}, "new events after SetCursor(Latest)")
 	assert.ErrorIs(t, bus.SetCursor(ctx, topic, "bad group!", jetbus.Earliest()), jetbus.ErrInvalidGroup)
 	assert.ErrorIs(t, bus.SetCursor(ctx, topic, "g", jetbus.AfterEvent("missing")), jetbus.ErrEventNotFound)
+
+	// A group that never consumed is created at the position: its lag counts from there.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, bus.SetCursor(sctx, topic, "fresh", jetbus.AfterEvent(pub[4].ID)), "position a new group")
+	c, err = bus.Cursor(ctx, topic, "fresh")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(len(pub)-5+len(more)), c.Lag(), "the new group's lag")
 }
 
 func (h *Harness) testDuplicate(t *testing.T) {

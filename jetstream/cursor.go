@@ -21,14 +21,34 @@ func (b *Bus) Cursor(ctx context.Context, topic, group string) (*jetbus.Cursor, 
 	}
 	c := &jetbus.Cursor{Topic: topic, Group: group}
 	stream := jetbus.StreamName(topic)
+	t, err := b.topics.get(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	var str natsjs.Stream // looked up once, when a partition reads as caught up
+	lastSeq := func(filter string) (uint64, error) {
+		if str == nil {
+			s, err := b.js.Stream(ctx, stream)
+			if err != nil {
+				return 0, err
+			}
+			str = s
+		}
+		m, err := str.GetLastMsgForSubject(ctx, filter)
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			return 0, nil
+		} else if err != nil {
+			return 0, err
+		}
+		return m.Sequence, nil
+	}
 	for p := range n {
-		cons, err := b.js.Consumer(ctx, stream, jetbus.ConsumerName(group, p))
+		info, err := b.partitionInfo(ctx, stream, jetbus.ConsumerName(group, p), func() (uint64, error) { return lastSeq(t.filter(p)) })
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
 			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("jetbus: cursor of %s/%s: %w", topic, group, retry.Opaque(err))
 		}
-		info := cons.CachedInfo()
 		c.Partitions = append(c.Partitions, jetbus.PartitionCursor{
 			Partition:  p,
 			AckFloor:   info.AckFloor.Stream,
@@ -41,6 +61,45 @@ func (b *Bus) Cursor(ctx context.Context, topic, group string) (*jetbus.Cursor, 
 		return nil, fmt.Errorf("%w: %s in topic %s", jetbus.ErrGroupNotFound, group, topic)
 	}
 	return c, nil
+}
+
+// partitionInfo reads a partition consumer's info. The server lists a consumer a moment before
+// it has counted the consumer's pending events (a create racing this read, a new consumer
+// leader), and reads no pending events then: a partition read as caught up is checked against
+// its last event in the stream, and read again while the two disagree. An event stored after
+// the read makes them disagree too; it is counted once read again.
+func (b *Bus) partitionInfo(ctx context.Context, stream, name string, lastSeq func() (uint64, error)) (*natsjs.ConsumerInfo, error) {
+	var last uint64
+	haveLast := false
+	for attempt := 0; ; attempt++ {
+		cons, err := b.js.Consumer(ctx, stream, name)
+		if err != nil {
+			return nil, err
+		}
+		info := cons.CachedInfo()
+		if info.NumPending > 0 || info.NumAckPending > 0 {
+			return info, nil
+		}
+		if !haveLast {
+			if last, err = lastSeq(); err != nil {
+				return nil, err
+			}
+			haveLast = true
+		}
+		if last <= info.Delivered.Stream {
+			return info, nil
+		}
+		if attempt >= 20 {
+			// Still not counted: at least the last event is pending.
+			info.NumPending = 1
+			return info, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // SetCursor implements jetbus.Bus: every partition consumer of the group is reset so its next
@@ -70,12 +129,17 @@ func (b *Bus) SetCursor(ctx context.Context, topic, group string, to jetbus.Posi
 	}
 	for p := range n {
 		name := jetbus.ConsumerName(group, p)
-		err := b.resetConsumer(ctx, stream, name, seq)
-		if errors.Is(err, natsjs.ErrConsumerNotFound) {
+		// Looked up first: a reset is answered by the consumer itself, so a reset of a
+		// consumer that does not exist gets no reply at all (not "not found").
+		_, err := b.js.Consumer(ctx, stream, name)
+		switch {
+		case errors.Is(err, natsjs.ErrConsumerNotFound):
 			err = b.createConsumerAt(ctx, stream, b.consumerConfig(topic, t.filter(p), group, p, &o), seq)
 			if errors.Is(err, natsjs.ErrConsumerExists) {
 				err = b.resetConsumer(ctx, stream, name, seq)
 			}
+		case err == nil:
+			err = b.resetConsumer(ctx, stream, name, seq)
 		}
 		if err != nil {
 			return fmt.Errorf("jetbus: set cursor of %s/%s partition %d: %w", topic, group, p, retry.Opaque(err))

@@ -3,6 +3,7 @@ package projection_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -31,12 +32,13 @@ type env struct {
 	mu      sync.Mutex
 	futures []*jetstream.PublishFuture
 	pubErr  error
+	last    map[int]uint64 // the highest sequence published to each partition
 }
 
 func newEnv(t *testing.T, topic string, partitions int) *env {
 	t.Helper()
 	s := embeddedtest.NATS(t)
-	e := &env{t: t, url: s.ClientURL(), topic: topic, parts: partitions}
+	e := &env{t: t, url: s.ClientURL(), topic: topic, parts: partitions, last: map[int]uint64{}}
 	e.bus = embeddedtest.Bus(t, e.url)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -64,7 +66,17 @@ func (e *env) publish(key string, payload any, opts ...jetbus.PublishOption) *je
 	}
 	ev, err := e.bus.Publish(ctx, e.topic, payload, append([]jetbus.PublishOption{jetbus.WithKey(key)}, opts...)...)
 	require.NoError(e.t, err)
+	e.mu.Lock()
+	e.published(ev)
+	e.mu.Unlock()
 	return ev
+}
+
+// published records ev's position for waitLag. e.mu is held.
+func (e *env) published(ev *jetbus.Event) {
+	if ev != nil && ev.Seq > e.last[ev.Partition] {
+		e.last[ev.Partition] = ev.Seq
+	}
 }
 
 // runner runs a component until stop.
@@ -118,14 +130,50 @@ func (e *env) docs(collection string) map[string]bson.M {
 	return out
 }
 
-// waitLag waits until group has written and acknowledged everything of e's topic (every
-// partition's consumer exists: a missing one counts no lag).
+// waitLag waits until group has written and acknowledged everything e published: every
+// partition's consumer exists, none has a lag, and each one's ack floor has reached the last
+// event published to its partition. The lag alone is not enough: a consumer being created
+// reports no pending events until the server has made it the consumer's leader.
 func (e *env) waitLag(group string, within time.Duration) {
 	e.t.Helper()
-	require.Eventually(e.t, func() bool {
-		c, err := e.bus.Cursor(context.Background(), e.topic, group)
-		return err == nil && len(c.Partitions) == e.parts && c.Lag() == 0
-	}, within, 20*time.Millisecond, "group %s did not catch up", group)
+	e.mu.Lock()
+	want := maps.Clone(e.last)
+	e.mu.Unlock()
+	start := time.Now()
+	var last *jetbus.Cursor
+	var err error
+	ok := poll(within, 20*time.Millisecond, func() bool {
+		last, err = e.bus.Cursor(context.Background(), e.topic, group)
+		if err != nil || len(last.Partitions) != e.parts || last.Lag() != 0 {
+			return false
+		}
+		for _, p := range last.Partitions {
+			if p.AckFloor < want[p.Partition] {
+				return false
+			}
+		}
+		return true
+	})
+	// Logged (shown when the test fails) so a view found short can be told from a lag misread.
+	if last != nil {
+		e.t.Logf("group %s after %s: %+v", group, time.Since(start).Round(time.Millisecond), last.Partitions)
+	}
+	require.True(e.t, ok, "group %s did not catch up within %s (last error %v)", group, within, err)
+}
+
+// poll calls cond in the caller's goroutine every interval until it holds or within has
+// passed, and says whether it held.
+func poll(within, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
 }
 
 func (e *env) letters() []*dlq.Letter {
@@ -150,9 +198,11 @@ func (e *env) publishAsync(key, payload string) {
 		fs := e.futures
 		e.futures = nil
 		for _, f := range fs {
-			if _, err := f.Wait(context.Background()); err != nil {
+			ev, err := f.Wait(context.Background())
+			if err != nil {
 				e.pubErr = err
 			}
+			e.published(ev)
 		}
 	}
 }
@@ -161,9 +211,11 @@ func (e *env) flushAsync() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, f := range e.futures {
-		if _, err := f.Wait(context.Background()); err != nil {
+		ev, err := f.Wait(context.Background())
+		if err != nil {
 			e.pubErr = err
 		}
+		e.published(ev)
 	}
 	e.futures = nil
 }
