@@ -212,17 +212,30 @@ func (c *ClusterT) MetaLeader() int {
 	return -1
 }
 
-// WaitForMetaLeader waits up to 20s for a meta leader that every running node agrees on.
+// WaitForMetaLeader waits up to 20s for a meta leader that every running node agrees on and
+// that counts every running node as an online peer (else it refuses to place a stream's
+// replicas there: "no suitable peers for placement, peer offline").
 func (c *ClusterT) WaitForMetaLeader() {
 	c.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if c.MetaLeader() >= 0 && c.allCurrent() {
+		if l := c.MetaLeader(); l >= 0 && c.allCurrent() && c.allPeersOnline(l) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.t.Fatalf("embeddedtest: no JetStream meta leader within 20s")
+}
+
+func (c *ClusterT) allPeersOnline(leader int) bool {
+	running := 0
+	servers := c.Servers()
+	for _, s := range servers {
+		if s != nil {
+			running++
+		}
+	}
+	return servers[leader] != nil && len(servers[leader].JetStreamClusterPeers()) >= running
 }
 
 func (c *ClusterT) allCurrent() bool {
