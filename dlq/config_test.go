@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
@@ -43,4 +44,38 @@ func TestConfigValidate(t *testing.T) {
 		_, err := dlq.Open(t.Context(), bus.JetStream(), dlq.Config{Replicas: -1})
 		assert.ErrorIs(t, err, dlq.ErrInvalidConfig)
 	})
+}
+
+// TestAttachKeepsSettings: a Queue opened with Attach uses the DLQ as its owner configured
+// it; one opened without it updates the DLQ to its Config; Attach creates what is missing.
+func TestAttachKeepsSettings(t *testing.T) {
+	bus := embeddedtest.Bus(t, embeddedtest.NATS(t).ClientURL())
+	js := bus.JetStream()
+	ctx := t.Context()
+	maxAge := func(stream string) time.Duration {
+		t.Helper()
+		s, err := js.Stream(ctx, stream)
+		require.NoError(t, err)
+		return s.CachedInfo().Config.MaxAge
+	}
+	open := func(cfg dlq.Config) {
+		t.Helper()
+		q, err := dlq.Open(ctx, js, cfg)
+		require.NoError(t, err)
+		require.NoError(t, q.Close())
+	}
+
+	open(dlq.Config{Attach: true, MaxAge: time.Hour, Parking: true})
+	assert.Equal(t, time.Hour, maxAge(dlq.StreamName), "created when missing")
+	assert.Equal(t, time.Hour, maxAge(dlq.AdvisoryStreamName))
+	_, err := js.KeyValue(ctx, dlq.ParkBucket)
+	require.NoError(t, err, "the parking bucket created when missing")
+
+	open(dlq.Config{Attach: true})
+	assert.Equal(t, time.Hour, maxAge(dlq.StreamName), "attached: left as it was")
+	assert.Equal(t, time.Hour, maxAge(dlq.AdvisoryStreamName))
+
+	open(dlq.Config{MaxAge: 2 * time.Hour})
+	assert.Equal(t, 2*time.Hour, maxAge(dlq.StreamName), "the owner's settings applied")
+	assert.Equal(t, 2*time.Hour, maxAge(dlq.AdvisoryStreamName))
 }

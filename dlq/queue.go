@@ -74,6 +74,12 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// Parking turns per-key parking on.
 	Parking bool
+	// Attach uses the DLQ's streams and buckets as they are when they exist, and creates the
+	// missing ones with this Config. Without it Open and Ensure also update existing ones to
+	// this Config. The process that owns the DLQ's settings (the bridge, from the operator's
+	// configuration) leaves it off; tools and programs that only dead-letter or read beside
+	// it set it, so that they cannot change the DLQ's replicas or retention.
+	Attach bool
 	// Registerer receives the metrics dlq_dead_letters_total{topic,group,reason},
 	// dlq_replayed_total{topic}, dlq_discarded_total{topic} and dlq_parked_keys (nil: none).
 	Registerer prometheus.Registerer
@@ -124,6 +130,7 @@ type JetStream interface {
 	CreateOrUpdateStream(ctx context.Context, cfg natsjs.StreamConfig) (natsjs.Stream, error)
 	CreateOrUpdateConsumer(ctx context.Context, stream string, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error)
 	CreateOrUpdateKeyValue(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error)
+	KeyValue(ctx context.Context, bucket string) (natsjs.KeyValue, error)
 }
 
 var _ JetStream = natsjs.JetStream(nil)
@@ -159,7 +166,7 @@ func Open(ctx context.Context, js JetStream, cfg Config) (*Queue, error) {
 	if err := q.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	rkv, err := js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
+	rkv, err := q.ensureBucket(ctx, natsjs.KeyValueConfig{
 		Bucket:      ReplayBucket,
 		Description: "jetbus: the group each replayed event is meant for",
 		Replicas:    cfg.Replicas,
@@ -171,7 +178,7 @@ func Open(ctx context.Context, js JetStream, cfg Config) (*Queue, error) {
 	}
 	q.replayKV = rkv
 	if cfg.Parking {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
+		kv, err := q.ensureBucket(ctx, natsjs.KeyValueConfig{
 			Bucket:      ParkBucket,
 			Description: "jetbus: keys parked behind a dead letter, per group",
 			Replicas:    cfg.Replicas,
@@ -188,7 +195,7 @@ func Open(ctx context.Context, js JetStream, cfg Config) (*Queue, error) {
 // Ensure creates or updates the DLQ stream. Open calls it; call it again to bring back a DLQ
 // stream that was deleted.
 func (q *Queue) Ensure(ctx context.Context) error {
-	_, err := q.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+	err := q.ensureStream(ctx, natsjs.StreamConfig{
 		Name:        StreamName,
 		Description: "jetbus dead letters",
 		Subjects:    []string{SubjectPrefix + ">"},
@@ -202,6 +209,30 @@ func (q *Queue) Ensure(ctx context.Context) error {
 		return fmt.Errorf("dlq: stream %s: %w", StreamName, retry.Opaque(err))
 	}
 	return q.ensureAdvisories(ctx)
+}
+
+// ensureStream creates or updates a stream of the DLQ; with Config.Attach an existing one is
+// left as it is.
+func (q *Queue) ensureStream(ctx context.Context, cfg natsjs.StreamConfig) error {
+	if q.cfg.Attach {
+		_, err := q.js.Stream(ctx, cfg.Name)
+		if !errors.Is(err, natsjs.ErrStreamNotFound) {
+			return err
+		}
+	}
+	_, err := q.js.CreateOrUpdateStream(ctx, cfg)
+	return err
+}
+
+// ensureBucket is ensureStream for a bucket.
+func (q *Queue) ensureBucket(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
+	if q.cfg.Attach {
+		kv, err := q.js.KeyValue(ctx, cfg.Bucket)
+		if !errors.Is(err, natsjs.ErrBucketNotFound) {
+			return kv, err
+		}
+	}
+	return q.js.CreateOrUpdateKeyValue(ctx, cfg)
 }
 
 // Close stops the Queue's watchers.

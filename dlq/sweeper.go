@@ -23,7 +23,7 @@ const SweeperConsumer = "jetbus-sweeper"
 // ensureAdvisories creates the stream that captures MAX_DELIVERIES advisories. It must exist
 // before a delivery gives out, or the advisory is gone: Open creates it.
 func (q *Queue) ensureAdvisories(ctx context.Context) error {
-	_, err := q.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+	err := q.ensureStream(ctx, natsjs.StreamConfig{
 		Name:        AdvisoryStreamName,
 		Description: "jetbus: deliveries the server gave up on, for the dead-letter safety net",
 		Subjects:    []string{AdvisorySubjects},

@@ -85,7 +85,10 @@ func (d *dlqCmd) open(ctx context.Context) error {
 	if d.bus, err = jetstream.Open(ctx, nc); err != nil {
 		return err
 	}
-	d.q, err = dlq.Open(ctx, d.bus.JetStream(), process.DLQConfig(cfg.DLQ))
+	// A tool reads and replays: the DLQ's settings are bridge run's to apply.
+	dc := process.DLQConfig(cfg.DLQ)
+	dc.Attach = true
+	d.q, err = dlq.Open(ctx, d.bus.JetStream(), dc)
 	return err
 }
 
