@@ -1,5 +1,6 @@
-// Package e2e tests jetbus as users run it: the real bridge and projector binaries as OS
-// processes, from a generated configuration, on a 3-node NATS cluster and the MongoDB test
+// Package e2e tests jetbus as users run it: the real bridge and projector binaries, and a
+// transactional projection as a program of its own (examples/counter), as OS processes, from a
+// generated configuration, on a 3-node NATS cluster and the MongoDB test
 // backend, fed by a foreign client (Node.js, the nats npm package, through ingress) and a Go
 // client (the Bus), read by HTTP clients — while processes are killed, a NATS node restarts
 // and MongoDB fails. It holds tests only.
@@ -29,6 +30,10 @@
 //   - Payloads carry the key and a counter; the views are changelog projections versioned by
 //     the stream sequence, so the expected view is the last event of each key in the topic,
 //     read back from the streams themselves (not from what the clients believe they sent).
+//   - The transactional view is examples/counter's: its counts per key and in all must equal
+//     the events of the topic, read back the same way. A transactional projection is Go code
+//     (no configuration runs one), so the test runs the example program a user would start
+//     from, killed and restarted like the projectors.
 //   - The Node client is used when e2e/nodeclient/node_modules exists (make e2e-node); the
 //     smoke falls back to a nats.go requester speaking the same protocol when it does not,
 //     and says so in the test log; make e2e requires it.

@@ -30,7 +30,8 @@ var build struct {
 	err  error
 }
 
-// binaries builds bridge and projector (production builds) once and returns their directory.
+// binaries builds bridge, projector (production builds) and examples/counter (a transactional
+// projection as a program of its own) once and returns their directory.
 func binaries(t *testing.T) string {
 	t.Helper()
 	build.once.Do(func() {
@@ -39,7 +40,7 @@ func binaries(t *testing.T) string {
 			return
 		}
 		build.out, build.err = exec.Command("go", "build", "-o", build.dir+string(filepath.Separator),
-			"../cmd/bridge", "../cmd/projector").CombinedOutput()
+			"../cmd/bridge", "../cmd/projector", "../examples/counter").CombinedOutput()
 	})
 	require.NoError(t, build.err, "go build: %s", build.out)
 	return build.dir
@@ -168,11 +169,11 @@ views:
 `, strings.Join(urls, ", "), s.mongoURI(), s.db)
 }
 
-// proc is one bridge or projector process.
+// proc is one bridge, projector or counter process.
 type proc struct {
 	s      *stack
-	name   string // bridge-1, projector-2, …
-	kind   string // bridge or projector
+	name   string // bridge-1, projector-2, counter-1, …
+	kind   string // bridge, projector or counter
 	cmd    *exec.Cmd
 	logs   *logBuffer
 	addr   string // ops endpoints
@@ -206,7 +207,13 @@ func (l *logBuffer) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// startProc starts a bridge or projector process and waits until it is ready.
+// counterArgs run examples/counter on the stack: orders counted into e2e.order_counts.
+func (s *stack) counterArgs() []string {
+	return []string{"--nats-url", s.nats.URLs(), "--mongo-uri", s.mongoURI(), "--database", s.db,
+		"--topic", "orders", "--name", "orders-counts", "--collection", "order_counts"}
+}
+
+// startProc starts a bridge, projector or counter process and waits until it is ready.
 func (s *stack) startProc(kind string) *proc {
 	s.t.Helper()
 	s.mu.Lock()
@@ -216,7 +223,11 @@ func (s *stack) startProc(kind string) *proc {
 	f, err := os.Create(filepath.Join(s.dir, name+".log"))
 	require.NoError(s.t, err)
 	p := &proc{s: s, name: name, kind: kind, logs: &logBuffer{file: f}, exited: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(s.bin, kind), "run", "--config", s.config)
+	if kind == "counter" {
+		p.cmd = exec.Command(filepath.Join(s.bin, kind), s.counterArgs()...)
+	} else {
+		p.cmd = exec.Command(filepath.Join(s.bin, kind), "run", "--config", s.config)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(s.t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
@@ -230,6 +241,15 @@ func (s *stack) startProc(kind string) *proc {
 			s.t.Logf("%s (exit %v), last lines:\n%s", p.name, p.err, p.logs.tail(40))
 		}
 	})
+	if kind == "counter" {
+		// No endpoints: running once its projection consumes.
+		poll(60*time.Second, 20*time.Millisecond, func() bool { return hasLog(p.logs.String(), "counter running") || p.done() })
+		require.True(s.t, hasLog(p.logs.String(), "counter running"), "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
+		s.mu.Lock()
+		s.procs = append(s.procs, p)
+		s.mu.Unlock()
+		return p
+	}
 	poll(60*time.Second, 20*time.Millisecond, func() bool { p.addr = listenAddr(p.logs.String()); return p.addr != "" || p.done() })
 	require.NotEmpty(s.t, p.addr, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
 	p.api = p.addr
@@ -334,6 +354,9 @@ func (s *stack) running(kind string) []*proc {
 
 // listenAddr finds the address in the "ops server listening" log line.
 func listenAddr(logs string) string { return logAddr(logs, "ops server listening") }
+
+// hasLog says whether a log line has message msg.
+func hasLog(logs, msg string) bool { return strings.Contains(logs, `"msg":"`+msg+`"`) }
 
 // logAddr finds the address in the first log line with message msg.
 func logAddr(logs, msg string) string {

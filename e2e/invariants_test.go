@@ -282,12 +282,62 @@ func (s *stack) customers(t *testing.T) map[string]map[string]any {
 	return out
 }
 
+// checkCounts: the transactional view of examples/counter holds, for every key, the number of
+// its events in the topic, and in all the number of events: each event counted exactly once
+// across SIGKILLs, restarts and MongoDB faults.
+func (s *stack) checkCounts(t *testing.T, msgs []stored) {
+	t.Helper()
+	want := map[string]int64{"all": int64(len(msgs))}
+	for _, m := range msgs {
+		want["key:"+m.Key]++
+	}
+	got := map[string]int64{}
+	c := s.mongoClient(t).Database(s.db).Collection("order_counts")
+	var err error
+	ok := poll(60*time.Second, 200*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var cur *mongo.Cursor
+		if cur, err = c.Find(ctx, bson.D{}); err != nil {
+			return false
+		}
+		var docs []struct {
+			ID string `bson:"_id"`
+			N  int64  `bson:"n"`
+		}
+		if err = cur.All(ctx, &docs); err != nil {
+			return false
+		}
+		clear(got)
+		for _, d := range docs {
+			got[d.ID] = d.N
+		}
+		return maps.Equal(got, want)
+	})
+	if !ok {
+		var wrong []string
+		for k, n := range want {
+			if got[k] != n {
+				wrong = append(wrong, fmt.Sprintf("%s: %d counted, %d events", k, got[k], n))
+			}
+		}
+		for k, n := range got {
+			if _, ok := want[k]; !ok {
+				wrong = append(wrong, fmt.Sprintf("%s: %d counted, no events", k, n))
+			}
+		}
+		slices.Sort(wrong)
+		t.Errorf("the counts equal the events within 60s (read error %v): %d differ, e.g. %v", err, len(wrong), wrong[:min(len(wrong), 5)])
+	}
+}
+
 // checkAll runs every invariant after a scenario.
 func (s *stack) checkAll(t *testing.T, l *ledger) {
 	t.Helper()
 	msgs := s.scanStream(t, "orders")
 	checkTopic(t, msgs, l)
 	s.checkView(t, "orders", msgs)
+	s.checkCounts(t, msgs)
 	s.checkDLQ(t, l)
 	a, f, b := l.counts()
 	t.Logf("invariants over %d acknowledged events (%d given up by their client, %d made to fail), %d stored", a, f, b, len(msgs))

@@ -19,7 +19,8 @@ import (
 	"github.com/jetbus/jetbus/embeddedtest"
 )
 
-// The scenarios of make e2e: each runs the four processes under JETBUS_E2E_SECONDS (default
+// The scenarios of make e2e: each runs the six processes (two bridges, two projectors, two
+// counters) under JETBUS_E2E_SECONDS (default
 // 60) of load at JETBUS_E2E_RATE events/s through ingress (default 100) plus a third as many
 // through the Bus, applies its fault while the load runs, then checks every invariant.
 
@@ -49,17 +50,20 @@ func TestQuiet(t *testing.T) {
 	s.finishScenario(t, ld, "quiet")
 }
 
-// TestProjectorKills: a projector is SIGKILLed mid-batch ten times, each replaced at once.
+// TestProjectorKills: a projector and a counter (the transactional projection) are SIGKILLed
+// mid-batch ten times each, each replaced at once.
 func TestProjectorKills(t *testing.T) {
 	s, ld := scenario(t, "pkill")
 	for i := range 10 {
 		ld.waitProgress(0.05+0.09*float64(i), 2*time.Minute)
-		ps := s.running("projector")
-		require.NotEmpty(t, ps)
-		ps[i%len(ps)].kill()
-		s.startProc("projector")
+		for _, kind := range []string{"projector", "counter"} {
+			ps := s.running(kind)
+			require.NotEmpty(t, ps)
+			ps[i%len(ps)].kill()
+			s.startProc(kind)
+		}
 	}
-	s.finishScenario(t, ld, "10 projector SIGKILLs")
+	s.finishScenario(t, ld, "10 projector and 10 counter SIGKILLs")
 }
 
 // activeFeed returns the bridge whose changefeed runner holds the lease.
@@ -215,17 +219,19 @@ func TestMongoFaults(t *testing.T) {
 	s.finishScenario(t, ld, "MongoDB failing writes, then down 10 s")
 }
 
-// TestMemberChurn: projector replicas are started and stopped (SIGTERM) every few seconds
-// while the load runs.
+// TestMemberChurn: projector and counter replicas are started and stopped (SIGTERM) every
+// few seconds while the load runs.
 func TestMemberChurn(t *testing.T) {
 	s, ld := scenario(t, "churn")
 	for i := range 8 {
 		ld.waitProgress(0.1*float64(i+1), 2*time.Minute)
-		s.startProc("projector")
-		ps := s.running("projector")
-		assert.Equal(t, 0, ps[0].term(30*time.Second), "%s exits 0 on SIGTERM", ps[0].name)
+		for _, kind := range []string{"projector", "counter"} {
+			s.startProc(kind)
+			ps := s.running(kind)
+			assert.Equal(t, 0, ps[0].term(30*time.Second), "%s exits 0 on SIGTERM", ps[0].name)
+		}
 	}
-	s.finishScenario(t, ld, "projector churn (8 joins and leaves)")
+	s.finishScenario(t, ld, "projector and counter churn (8 joins and leaves each)")
 }
 
 // TestRestartAll: every process is stopped with SIGTERM mid-load and restarted on the same
@@ -233,7 +239,7 @@ func TestMemberChurn(t *testing.T) {
 func TestRestartAll(t *testing.T) {
 	s, ld := scenario(t, "restart")
 	ld.waitProgress(0.4, 2*time.Minute)
-	for _, kind := range []string{"bridge", "projector"} {
+	for _, kind := range []string{"bridge", "projector", "counter"} {
 		for _, p := range s.running(kind) {
 			assert.Equal(t, 0, p.term(30*time.Second), "%s exits 0 on SIGTERM", p.name)
 		}

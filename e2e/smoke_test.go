@@ -13,13 +13,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// start runs the processes of a scenario: two bridges and two projectors.
+// start runs the processes of a scenario: two bridges, two projectors and two counters (the
+// transactional projection of examples/counter).
 func (s *stack) start() {
 	s.t.Helper()
 	s.startProc("bridge")
 	s.startProc("bridge")
 	s.startProc("projector")
 	s.startProc("projector")
+	s.startProc("counter")
+	s.startProc("counter")
 }
 
 // writeCustomers inserts n customers (string IDs with prefix) and updates every other one,
@@ -70,9 +73,9 @@ func (s *stack) checkETag(t *testing.T, l *ledger) {
 	assert.Equal(t, http.StatusNotModified, resp.StatusCode, "If-None-Match with the current ETag")
 }
 
-// TestSmoke is the short end-to-end run of make test: the four processes on a 3-node
-// cluster under load from both clients, one projector SIGKILLed and replaced, one NATS node
-// stopped and restarted while publishing; then every invariant.
+// TestSmoke is the short end-to-end run of make test: the six processes on a 3-node cluster
+// under load from both clients, one projector and one counter SIGKILLed and replaced, one
+// NATS node stopped and restarted while publishing; then every invariant.
 func TestSmoke(t *testing.T) {
 	s := newStack(t)
 	s.start()
@@ -80,10 +83,12 @@ func TestSmoke(t *testing.T) {
 	ld := s.startLoad(t, "smoke", envInt("JETBUS_E2E_SMOKE_SECONDS", 12), envInt("JETBUS_E2E_RATE", 50))
 
 	ld.waitProgress(0.25, 60*time.Second)
-	victim := s.running("projector")[0]
-	victim.kill()
-	t.Logf("SIGKILLed %s at %d acknowledged", victim.name, ld.acked())
-	s.startProc("projector")
+	for _, kind := range []string{"projector", "counter"} {
+		victim := s.running(kind)[0]
+		victim.kill()
+		t.Logf("SIGKILLed %s at %d acknowledged", victim.name, ld.acked())
+		s.startProc(kind)
+	}
 
 	ld.waitProgress(0.5, 60*time.Second)
 	node := s.nats.StreamLeader("$G", "orders")
@@ -102,5 +107,5 @@ func TestSmoke(t *testing.T) {
 	s.checkAll(t, ld.l)
 	s.checkCustomers(t)
 	s.checkETag(t, ld.l)
-	report(t, "smoke (1 projector SIGKILL, 1 NATS node restart)", fig)
+	report(t, "smoke (1 projector and 1 counter SIGKILL, 1 NATS node restart)", fig)
 }
