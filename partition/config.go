@@ -44,6 +44,14 @@ type Config struct {
 	Replicas int
 	// Version is reported in the member's metadata (e.g. the build version); optional.
 	Version string
+	// Fenced says the handler's effects are fenced or idempotent, so a partition may be
+	// handled by its new owner while an owner that lost it is still finishing an event (a
+	// transactional projection's conditional checkpoint, a changelog projection's version
+	// guard). A crashed owner's partitions then resume once its leases expired (TTL) instead
+	// of after its deliveries timed out (AckTimeout); the Bus's take-over still returns those
+	// deliveries first, in order. Default false: no partition is ever handled by two members
+	// at once.
+	Fenced bool
 	// Logger receives rebalancing and lease events; nil discards them.
 	Logger *slog.Logger
 }

@@ -82,5 +82,8 @@
 // AckTimeout (otherwise its event is redelivered anyway); under that condition no partition
 // is ever handled by two members at once, and a crashed member's partitions resume within
 // max(TTL, AckTimeout) plus a KV round trip. Choose TTL well above the KV round-trip time
-// (a loaded cluster needs seconds, not hundreds of milliseconds).
+// (a loaded cluster needs seconds, not hundreds of milliseconds). A handler whose effects are
+// fenced or idempotent (Config.Fenced: the projections) does not need that exclusivity: its
+// partitions resume once the crashed member's leases expired (TTL), the Bus's take-over
+// returning the unacknowledged deliveries first, in order.
 package partition

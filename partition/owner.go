@@ -86,10 +86,11 @@ func (s *Subscriber) serve(ctx context.Context, p int, lease *Lease) error {
 			o.lost <- err
 		}
 	}()
+	// A fenced handler need not wait for a previous owner's handler to end (Config.Fenced).
 	if err := o.waitOwnUnsettled(ctx); err != nil {
 		return o.fail(err)
 	}
-	if lease.Previous != LeaseReleased {
+	if lease.Previous != LeaseReleased && !s.cfg.Fenced {
 		if err := o.waitPrevious(ctx); err != nil {
 			return o.fail(err)
 		}
@@ -134,7 +135,7 @@ func (o *ownership) waitOwnUnsettled(ctx context.Context) error {
 	s.mu.Lock()
 	dirtyAt, dirty := s.dirty[o.p]
 	s.mu.Unlock()
-	if !dirty {
+	if !dirty || s.cfg.Fenced {
 		return nil
 	}
 	wait := time.Until(dirtyAt.Add(s.ackWait + s.ackWait/10 + 200*time.Millisecond))

@@ -61,6 +61,11 @@
 //   - A partition that stops (SIGTERM, or handed to another replica) writes and acknowledges
 //     what it holds within StopTimeout before its subscription stops and its lease is
 //     released, so the next owner never races a write of this one.
+//   - A crashed replica's partitions resume once its leases expired (TTL, 5s by default), not
+//     after its deliveries timed out (AckTimeout, 30s): projections subscribe with
+//     partition.Config.Fenced, because a replica that lost its partition while stalled can
+//     race the next owner harmlessly (the version guard, the checkpoint fence). The Bus's
+//     take-over returns the crashed replica's deliveries first, in order.
 //
 // # Metrics
 //

@@ -108,7 +108,9 @@ func (e *engine) run(ctx context.Context) error {
 	for _, t := range e.cfg.topics() {
 		s, err := partition.Subscribe(ctx, pb, e.bus.JetStream(), partition.Config{
 			Topic: t, Group: e.group, MemberID: e.cfg.MemberID, TTL: e.cfg.TTL, Replicas: e.cfg.Replicas,
-			Logger: e.log,
+			// Writes are version-guarded (changelog) or checkpoint-fenced (transactional): a
+			// crashed replica's partitions resume after its lease TTL, not the ack timeout.
+			Fenced: true, Logger: e.log,
 		}, func(context.Context, *jetbus.Delivery) error {
 			return errors.New("projection: partition handler not installed") // never called: partBus installs its own
 		}, opts...)
