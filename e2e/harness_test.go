@@ -273,21 +273,8 @@ func (s *stack) startProc(kind string) *proc {
 	return p
 }
 
-// poll calls cond every interval until it holds or within has passed, and says whether it
-// held. Unlike require.Eventually, cond runs in the caller's goroutine, so what it assigns is
-// safe to read afterwards.
-func poll(within, interval time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(interval)
-	}
-}
+// poll is embeddedtest.Poll.
+var poll = embeddedtest.Poll
 
 func (p *proc) done() bool {
 	select {

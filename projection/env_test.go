@@ -161,20 +161,8 @@ func (e *env) waitLag(group string, within time.Duration) {
 	require.True(e.t, ok, "group %s did not catch up within %s (last error %v)", group, within, err)
 }
 
-// poll calls cond in the caller's goroutine every interval until it holds or within has
-// passed, and says whether it held.
-func poll(within, interval time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(interval)
-	}
-}
+// poll is embeddedtest.Poll.
+var poll = embeddedtest.Poll
 
 func (e *env) letters() []*dlq.Letter {
 	e.t.Helper()
