@@ -109,15 +109,7 @@ func NewDrainer(ctx context.Context, bus Publisher, client *mongo.Client, cfg Ou
 	if err != nil {
 		return nil, err
 	}
-	if bus == nil || client == nil {
-		return nil, fmt.Errorf("%w: nil Bus or MongoDB client", ErrInvalidConfig)
-	}
-	o, err := applyOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	log := o.logger.With("outbox", cfg.Name)
-	m, err := newMetrics(o.registerer, "outbox_", cfg.Name)
+	o, log, m, err := prepare(bus, client, opts, "outbox", "outbox_", cfg.Name)
 	if err != nil {
 		return nil, err
 	}

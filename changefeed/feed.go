@@ -2,7 +2,6 @@ package changefeed
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -34,15 +33,7 @@ func New(ctx context.Context, bus Publisher, client *mongo.Client, cfg Config, o
 	if err != nil {
 		return nil, err
 	}
-	if bus == nil || client == nil {
-		return nil, fmt.Errorf("%w: nil Bus or MongoDB client", ErrInvalidConfig)
-	}
-	o, err := applyOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	log := o.logger.With("feed", cfg.Name)
-	m, err := newMetrics(o.registerer, "changefeed_", cfg.Name)
+	o, log, m, err := prepare(bus, client, opts, "feed", "changefeed_", cfg.Name)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/jetbus/jetbus/internal/retry"
 	"github.com/jetbus/jetbus/partition"
@@ -69,6 +70,23 @@ func applyOptions(opts []Option) (runOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// prepare is the start New and NewDrainer share: it checks the clients, applies the options,
+// and returns the runner's logger (with kind: name) and metrics (prefix, name).
+func prepare(bus Publisher, client *mongo.Client, opts []Option, kind, prefix, name string) (runOptions, *slog.Logger, *metrics, error) {
+	if bus == nil || client == nil {
+		return runOptions{}, nil, nil, fmt.Errorf("%w: nil Bus or MongoDB client", ErrInvalidConfig)
+	}
+	o, err := applyOptions(opts)
+	if err != nil {
+		return o, nil, nil, err
+	}
+	m, err := newMetrics(o.registerer, prefix, name)
+	if err != nil {
+		return o, nil, nil, err
+	}
+	return o, o.logger.With(kind, name), m, nil
 }
 
 // runner is what feeds and drainers share: the lease, the sender, metrics, and the state
