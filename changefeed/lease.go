@@ -62,37 +62,6 @@ func (h *leaseHolder) acquire(ctx context.Context, standby func(owner string)) (
 	}
 }
 
-// keep renews l every Renew interval until ctx ends. It returns an error wrapping
-// partition.ErrLeaseLost when the lease was lost, or when no renewal succeeded within Guard
-// of the last one sent — before the server can expire it and let a standby in.
-//
-// It is the renewal rule of partition's owners (Subscriber.keep), which package partition
-// does not export, applied to a lease outside a partitioned subscription.
-func (h *leaseHolder) keep(ctx context.Context, l *partition.Lease) error {
-	guard := time.NewTimer(time.Until(l.SentAt().Add(h.to.Guard)))
-	defer guard.Stop()
-	renew := time.NewTicker(h.to.Renew)
-	defer renew.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-guard.C:
-			return fmt.Errorf("%w: not renewed for %s", partition.ErrLeaseLost, h.to.Guard)
-		case <-renew.C:
-			rctx, cancel := context.WithDeadline(ctx, l.SentAt().Add(h.to.Guard))
-			err := l.Renew(rctx)
-			cancel()
-			switch {
-			case err == nil:
-				guard.Reset(time.Until(l.SentAt().Add(h.to.Guard)))
-			case errors.Is(err, partition.ErrLeaseLost):
-				return err
-			}
-		}
-	}
-}
-
 // release deletes the lease so a standby takes over at once.
 func (h *leaseHolder) release(l *partition.Lease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.to.LeaseTTL)

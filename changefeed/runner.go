@@ -156,7 +156,8 @@ func (r *runner) hold(ctx context.Context, l *partition.Lease, serve func(contex
 	keeperDone := make(chan struct{})
 	go func() {
 		defer close(keeperDone)
-		if err := r.lease.keep(kctx, l); err != nil {
+		// Renewal failures short of a loss stay silent here: the loss itself is logged below.
+		if err := l.Keep(kctx, nil); err != nil {
 			cancel(err)
 		}
 	}()

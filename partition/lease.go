@@ -227,6 +227,44 @@ func (l *Lease) Renew(ctx context.Context) error {
 	return nil
 }
 
+// Keep renews l every Timeouts().Renew interval of its group until ctx is done, then returns
+// nil. It returns an error wrapping ErrLeaseLost when the lease was lost, or when no renewal
+// succeeded within Timeouts().Guard of the last one sent — before the server can expire it
+// and let another member in: the holder must then stop what the lease guards at once.
+//
+// A renewal that fails otherwise (a timeout, a lost connection) is retried at the next
+// interval; failed, when not nil, is called with its error while ctx is not done. Each
+// renewal is given until the guard fires. Keep is the one renewal rule of every lease
+// holder: Subscriber's partition owners and package changefeed's feeds and drainers.
+func (l *Lease) Keep(ctx context.Context, failed func(error)) error {
+	to := l.g.timeout
+	guard := time.NewTimer(time.Until(l.SentAt().Add(to.Guard)))
+	defer guard.Stop()
+	renew := time.NewTicker(to.Renew)
+	defer renew.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-guard.C:
+			return fmt.Errorf("%w: partition %d not renewed for %s", ErrLeaseLost, l.p, to.Guard)
+		case <-renew.C:
+			// A renewal is useful until the guard fires: give it that long.
+			rctx, cancel := context.WithDeadline(ctx, l.SentAt().Add(to.Guard))
+			err := l.Renew(rctx)
+			cancel()
+			switch {
+			case err == nil:
+				guard.Reset(time.Until(l.SentAt().Add(to.Guard)))
+			case errors.Is(err, ErrLeaseLost):
+				return err
+			case ctx.Err() == nil && failed != nil:
+				failed(err)
+			}
+		}
+	}
+}
+
 // Release deletes the lease if this member still holds it (delete with the last revision),
 // so the next owner starts at once. Call it only after the partition's subscription has
 // stopped. It is idempotent.

@@ -82,7 +82,8 @@ func (s *Subscriber) serve(ctx context.Context, p int, lease *Lease) error {
 	o.stopKeeper = stopKeeper
 	go func() {
 		defer close(o.keeperDone)
-		if err := s.keep(kctx, p, lease); err != nil {
+		err := lease.Keep(kctx, func(err error) { s.log.Warn("renew failed", "partition", p, "err", err) })
+		if err != nil {
 			o.lost <- err
 		}
 	}()
@@ -279,36 +280,6 @@ func (s *Subscriber) flush() {
 	if nc := s.js.Conn(); nc != nil && !nc.IsClosed() {
 		if err := nc.FlushTimeout(s.to.Renew); err != nil {
 			s.log.Debug("flush failed", "err", err)
-		}
-	}
-}
-
-// keep renews lease every Renew interval until ctx is done. It returns ErrLeaseLost when the
-// lease was lost or no renewal succeeded within Guard of the last one sent.
-func (s *Subscriber) keep(ctx context.Context, p int, lease *Lease) error {
-	guard := time.NewTimer(time.Until(lease.SentAt().Add(s.to.Guard)))
-	defer guard.Stop()
-	renew := time.NewTicker(s.to.Renew)
-	defer renew.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-guard.C:
-			return fmt.Errorf("%w: partition %d not renewed for %s", ErrLeaseLost, p, s.to.Guard)
-		case <-renew.C:
-			// A renewal is useful until the guard fires: give it that long.
-			rctx, cancel := context.WithDeadline(ctx, lease.SentAt().Add(s.to.Guard))
-			err := lease.Renew(rctx)
-			cancel()
-			switch {
-			case err == nil:
-				guard.Reset(time.Until(lease.SentAt().Add(s.to.Guard)))
-			case errors.Is(err, ErrLeaseLost):
-				return err
-			case ctx.Err() == nil:
-				s.log.Warn("renew failed", "partition", p, "err", err)
-			}
 		}
 	}
 }
