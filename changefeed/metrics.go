@@ -1,10 +1,11 @@
 package changefeed
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/promreg"
 )
 
 // metrics are a feed's or drainer's Prometheus series; a nil *metrics records nothing.
@@ -69,8 +70,7 @@ func newMetrics(r prometheus.Registerer, prefix, name string) (*metrics, error) 
 		if *c == nil || err != nil {
 			return nil
 		}
-		*c, err = register(r, *c)
-		if err != nil {
+		if err = promreg.Register(r, c); err != nil {
 			return nil
 		}
 		return (*c).WithLabelValues(name)
@@ -79,8 +79,7 @@ func newMetrics(r prometheus.Registerer, prefix, name string) (*metrics, error) 
 		if *g == nil || err != nil {
 			return nil
 		}
-		*g, err = register(r, *g)
-		if err != nil {
+		if err = promreg.Register(r, g); err != nil {
 			return nil
 		}
 		return (*g).WithLabelValues(name)
@@ -96,21 +95,6 @@ func newMetrics(r prometheus.Registerer, prefix, name string) (*metrics, error) 
 		m.copyProgress.Set(1)
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under its name (several
-// feeds in one process share the families).
-func register[C prometheus.Collector](r prometheus.Registerer, c C) (C, error) {
-	if err := r.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if ex, ok := are.ExistingCollector.(C); ok {
-				return ex, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
 
 func inc(c prometheus.Counter) {
@@ -157,11 +141,5 @@ func registerPositionAge(r prometheus.Registerer, name string, age func() float6
 		Help:        "Now minus the cluster time of the saved position (0 on a standby).",
 		ConstLabels: prometheus.Labels{"feed": name},
 	}, age)
-	err := r.Register(g)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		r.Unregister(are.ExistingCollector)
-		err = r.Register(g)
-	}
-	return err
+	return promreg.Replace(r, g)
 }

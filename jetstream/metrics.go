@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/promreg"
 )
 
 // metrics are the Bus's Prometheus metrics; a nil *metrics records nothing.
@@ -34,35 +36,13 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		handlerMs:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "delivery_handler_duration_ms", Help: "Handler run time in milliseconds.", Buckets: msBuckets}, tg),
 		pollMs:         prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "subscribe_poll_duration_ms", Help: "Time waiting for the next delivery in milliseconds.", Buckets: msBuckets}, tg),
 	}
-	for _, c := range []prometheus.Collector{m.publishedTotal, m.deliveredTotal, m.ackedTotal, m.nackedTotal, m.inflight, m.handlerMs, m.pollMs} {
-		if err := r.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			// Several Buses in one process share the collectors.
-			switch ex := are.ExistingCollector.(type) {
-			case *prometheus.CounterVec:
-				switch c {
-				case m.publishedTotal:
-					m.publishedTotal = ex
-				case m.deliveredTotal:
-					m.deliveredTotal = ex
-				case m.ackedTotal:
-					m.ackedTotal = ex
-				case m.nackedTotal:
-					m.nackedTotal = ex
-				}
-			case *prometheus.GaugeVec:
-				m.inflight = ex
-			case *prometheus.HistogramVec:
-				if c == m.handlerMs {
-					m.handlerMs = ex
-				} else {
-					m.pollMs = ex
-				}
-			}
-		}
+	// Several Buses in one process share the families.
+	if err := errors.Join(
+		promreg.Register(r, &m.publishedTotal), promreg.Register(r, &m.deliveredTotal), promreg.Register(r, &m.ackedTotal),
+		promreg.Register(r, &m.nackedTotal), promreg.Register(r, &m.inflight), promreg.Register(r, &m.handlerMs),
+		promreg.Register(r, &m.pollMs),
+	); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

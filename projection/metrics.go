@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/promreg"
 )
 
 // Event outcomes, the outcome label of projection_events_total.
@@ -61,32 +63,13 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "Progress of a projection's rebuild, as recorded in jetbus_projections: done and total events, rate (events/s), eta_seconds, and the generation being built (0: none)."},
 			[]string{"projection", "what"}),
 	}
-	for _, c := range []any{&m.events, &m.writes, &m.batch, &m.bulk, &m.retries, &m.fenced, &m.lag, &m.generation, &m.rebuild} {
-		var col prometheus.Collector
-		switch v := c.(type) {
-		case **prometheus.CounterVec:
-			col = *v
-		case **prometheus.HistogramVec:
-			col = *v
-		case **prometheus.GaugeVec:
-			col = *v
-		}
-		err := r.Register(col)
-		var are prometheus.AlreadyRegisteredError
-		switch {
-		case err == nil:
-		case errors.As(err, &are):
-			switch v := c.(type) {
-			case **prometheus.CounterVec:
-				*v = are.ExistingCollector.(*prometheus.CounterVec)
-			case **prometheus.HistogramVec:
-				*v = are.ExistingCollector.(*prometheus.HistogramVec)
-			case **prometheus.GaugeVec:
-				*v = are.ExistingCollector.(*prometheus.GaugeVec)
-			}
-		default:
-			return nil, err
-		}
+	// Several projections in one process share the families.
+	if err := errors.Join(
+		promreg.Register(r, &m.events), promreg.Register(r, &m.writes), promreg.Register(r, &m.batch),
+		promreg.Register(r, &m.bulk), promreg.Register(r, &m.retries), promreg.Register(r, &m.fenced),
+		promreg.Register(r, &m.lag), promreg.Register(r, &m.generation), promreg.Register(r, &m.rebuild),
+	); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

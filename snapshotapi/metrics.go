@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/promreg"
 )
 
 // metrics are the API's Prometheus metrics; a nil *metrics records nothing.
@@ -51,24 +53,12 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_cache_lookups_total",
 			Help: "Document cache lookups: hit, miss, bypass."}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.conditional, m.cache} {
-		if err := r.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			// Several Servers in one process share the collectors.
-			switch c {
-			case m.requests:
-				m.requests = are.ExistingCollector.(*prometheus.CounterVec)
-			case m.duration:
-				m.duration = are.ExistingCollector.(*prometheus.HistogramVec)
-			case m.conditional:
-				m.conditional = are.ExistingCollector.(*prometheus.CounterVec)
-			case m.cache:
-				m.cache = are.ExistingCollector.(*prometheus.CounterVec)
-			}
-		}
+	// Several Servers in one process share the families.
+	if err := errors.Join(
+		promreg.Register(r, &m.requests), promreg.Register(r, &m.duration),
+		promreg.Register(r, &m.conditional), promreg.Register(r, &m.cache),
+	); err != nil {
+		return nil, err
 	}
 	m.reqSeries, m.durSeries, m.condSeries = map[requestSeries]prometheus.Counter{}, map[string]prometheus.Observer{}, map[[2]string]prometheus.Counter{}
 	m.hit, m.miss, m.bypass = m.cache.WithLabelValues("hit"), m.cache.WithLabelValues("miss"), m.cache.WithLabelValues("bypass")
