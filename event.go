@@ -8,8 +8,8 @@ import (
 
 // Event is one record on a topic.
 //
-// On the wire (see DESIGN.md) the payload is the message body and the other fields travel in
-// headers, so any NATS client can produce and read events.
+// On the wire (docs/wire.md, "Publishing directly") the payload is the message body and the
+// other fields travel in headers, so any NATS client can produce and read events.
 type Event struct {
 	// ID identifies the event (UUIDv7 by default). It is also the JetStream Nats-Msg-Id, so
 	// a second publish with the same ID is dropped. An event published by a client that did

@@ -1,6 +1,6 @@
 // Package jetstream implements the jetbus Bus on NATS JetStream.
 //
-// It owns the wire contract of DESIGN.md: one stream per topic (named by replacing "." with
+// It owns the wire contract of docs/wire.md: one stream per topic (named by replacing "." with
 // "_") with subjects "<topic>.p0" … "<topic>.p<N-1>" and the partition count in the stream's
 // Metadata ("jetbus.partitions"); messages whose body is the JSON payload and whose headers
 // carry the event fields (Nats-Msg-Id, x-key, x-ts, x-sid, x-caused-by, x-tags); one durable

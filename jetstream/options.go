@@ -43,7 +43,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithRegisterer registers the Bus's metrics on r (default: no metrics). Metric names follow
-// DESIGN.md: events_published_total{topic}, events_delivered_total{topic,group},
+// docs/operations.md, "Metrics": events_published_total{topic}, events_delivered_total{topic,group},
 // events_acked_total{topic,group}, events_nacked_total{topic,group},
 // events_inflight{topic,group}, delivery_handler_duration_ms{topic,group} and
 // subscribe_poll_duration_ms{topic,group}.

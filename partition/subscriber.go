@@ -59,7 +59,7 @@ var _ jetbus.Subscription = (*Subscriber)(nil)
 //
 // bus is the Bus (package jetstream's); it must have the jetbus.PartitionSubscriber
 // capability, through which each owned partition is consumed (its durable consumer
-// "<group>_p<n>", see DESIGN.md, "On the wire"), from several goroutines at once. js is the
+// "<group>_p<n>", see docs/wire.md, "Consumer groups"), from several goroutines at once. js is the
 // JetStream context for the KV buckets.
 //
 // Config fields (see Config): Topic, Group (required), MemberID, TTL, Replicas, Version,
