@@ -58,6 +58,49 @@
 //     delivered twice); only a handler holding deliveries past that gets the lost ones back
 //     after later ones, from the server's redelivery.
 //
+// # One delivery's path
+//
+// Each partition of a subscription has one partConsumer and one goroutine; a delivery goes
+// through these functions, from fetch to ack, nak or term:
+//
+//  1. pull.go, partConsumer.run: looks the consumer up (reclaimPin, pin.go, when the handle
+//     was lost while this client held the pin), takes the partition over for
+//     SubscribePartition (takeOver, pin.go), opens a pull (Consumer.Messages, sized by the
+//     pull window, priority group jetbus) and hands it to consume.
+//  2. pull.go, partConsumer.consume: it.Next fetches the message; the pin the server gave this
+//     client is read from its Nats-Pin-Id header; fence: a consumer sequence that skips ends
+//     the pull (errDeliveryGap) before the message is handled, and run calls
+//     recoverDeliveries (pin.go) to have the lost deliveries sent again, first and in order;
+//     fence: a message fetched after Stop (not Drain) is not started but left pending for
+//     release.
+//  3. keyworkers.go, keyWorkers.dispatch (KeyConcurrency > 1 only): sends it to the worker of
+//     its key (KeyHash modulo the workers), which checks the same stop fence before handling;
+//     otherwise consume calls handle itself, one message at a time.
+//  4. settle.go, partConsumer.handle: decodeDelivery (codec.go); a message the Filter refuses
+//     is acked there; a ManualAck delivery is registered as pending (ack.go, addPending);
+//     call runs the handler chain (a panic becomes an error; with KeyConcurrency a failure is
+//     retried in place, holdFor keeping its ack deadline alive); the pull window observes the
+//     time taken.
+//  5. settle.go, partConsumer.settle: Ack on success; TermWithReason on a jetbus.Permanent
+//     error; NakWithDelay(Backoff(attempt)) before the last attempt; Nak on the last one (the
+//     server's MaxDeliver then stops it, and the dead-letter safety net takes its advisory).
+//     A ManualAck delivery the handler accepted is not settled here: ack.go's Bus.Ack
+//     (DoubleAck), Bus.Nack, Bus.AckBatch (acks, then one flush) settle it later, and
+//     Bus.InProgress extends it; takePending lets exactly one of handle (on an error) and the
+//     application settle it.
+//  6. pin.go, partConsumer.release (on stop): what is still unacknowledged (fetched but not
+//     started, a retry waiting for its backoff, a held ManualAck delivery) is returned by a
+//     reset of the consumer to its ack floor, after settledInfo has seen this client's own
+//     acks processed; then the pin is released. Held deliveries are nak'ed (nakAll) only
+//     when the reset cannot be made.
+//
+// The fences, in the order a delivery meets them: the lease (package partition: a member
+// subscribes to a partition only while it holds its lease); the pin (the consumer delivers
+// to one client at a time, and every reset, in recoverDeliveries and release, is made only
+// after pinnedBy confirms this client still holds it); the consumer sequence (a gap ends the
+// pull, consume); the stop check (consume and the key workers); takePending (one settlement
+// per ManualAck delivery).
+//
 // # Cost per delivery
 //
 // What the Bus itself does per delivery, without the server (BenchmarkDeliveryPath,
