@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/mongoname"
 	"github.com/jetbus/jetbus/partition"
 )
 
@@ -275,15 +276,17 @@ func validateNamespace(db, coll string) error {
 		}
 		return nil
 	}
-	if len(db) > 63 || strings.ContainsAny(db, "/\\. \"$*<>:|?\x00") {
-		return fmt.Errorf("%w: Database %q is not a valid MongoDB database name", ErrInvalidConfig, db)
+	if err := mongoname.Database(db); err != nil {
+		return fmt.Errorf("%w: Database: %v", ErrInvalidConfig, err)
 	}
 	switch db {
 	case "admin", "config", "local":
 		return fmt.Errorf("%w: Database %q is internal to MongoDB and has no change stream", ErrInvalidConfig, db)
 	}
-	if coll != "" && (strings.HasPrefix(coll, "system.") || strings.ContainsAny(coll, "$\x00") || len(coll) > 200) {
-		return fmt.Errorf("%w: Collection %q is not a valid MongoDB collection name", ErrInvalidConfig, coll)
+	if coll != "" {
+		if err := mongoname.Collection(coll); err != nil {
+			return fmt.Errorf("%w: Collection: %v", ErrInvalidConfig, err)
+		}
 	}
 	return nil
 }

@@ -32,6 +32,8 @@ func TestConfigValidate(t *testing.T) {
 		{"bad database", func(c *changefeed.Config) { c.Database = "a.b" }, "Database", false},
 		{"internal database", func(c *changefeed.Config) { c.Database = "local" }, "internal", false},
 		{"system collection", func(c *changefeed.Config) { c.Collection = "system.views" }, "Collection", false},
+		{"database with NUL", func(c *changefeed.Config) { c.Database = "sh\x00op" }, "Database", false},
+		{"collection with NUL", func(c *changefeed.Config) { c.Collection = "ord\x00ers" }, "Collection", false},
 		{"no topic", func(c *changefeed.Config) { c.Topic = "" }, "Topic", false},
 		{"bad topic", func(c *changefeed.Config) { c.Topic = "Shop" }, "Topic", true},
 		{"collection placeholder on a collection feed", func(c *changefeed.Config) { c.Topic = "shop.{collection}" }, "{collection} needs", false},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/mongoname"
 	"github.com/jetbus/jetbus/partition"
 )
 
@@ -146,12 +147,12 @@ func (c Config) Validate() error {
 	if len(c.FanIn) > 0 && c.Version == "" {
 		return fmt.Errorf("%w: FanIn needs Version: stream sequences of different topics do not order each other", ErrInvalidConfig)
 	}
-	if err := validDatabase(c.Database); err != nil {
-		return err
+	if err := mongoname.Database(c.Database); err != nil {
+		return fmt.Errorf("%w: Database: %v", ErrInvalidConfig, err)
 	}
 	if c.Collection != "" {
-		if err := validCollection("Collection", c.Collection); err != nil {
-			return err
+		if err := mongoname.Collection(c.Collection); err != nil {
+			return fmt.Errorf("%w: Collection: %v", ErrInvalidConfig, err)
 		}
 	}
 	switch c.Mode {
@@ -174,9 +175,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: Indexes[%d]: no fields", ErrInvalidConfig, i)
 		}
 		for _, f := range ix.Fields {
-			name := strings.TrimPrefix(f, "-")
-			if name == "" || strings.HasPrefix(name, "$") || strings.Contains(name, "..") || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") {
-				return fmt.Errorf("%w: Indexes[%d]: %q is not a field", ErrInvalidConfig, i, f)
+			if err := mongoname.FieldPath(strings.TrimPrefix(f, "-")); err != nil {
+				return fmt.Errorf("%w: Indexes[%d]: %v", ErrInvalidConfig, i, err)
 			}
 		}
 	}
@@ -212,23 +212,6 @@ func (c Config) Validate() error {
 	pc := partition.Config{Topic: c.Topic, Group: c.Name, MemberID: c.MemberID, TTL: c.TTL, Replicas: c.Replicas}
 	if err := pc.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
-	return nil
-}
-
-// validDatabase checks a database name as MongoDB does.
-func validDatabase(s string) error {
-	if s == "" || len(s) > 63 || strings.ContainsAny(s, "/\\. \"$*<>:|?\x00") {
-		return fmt.Errorf("%w: Database %q is not a MongoDB database name", ErrInvalidConfig, s)
-	}
-	return nil
-}
-
-// validCollection checks a collection name as MongoDB does; generation suffixes and
-// "_history" must still fit.
-func validCollection(field, s string) error {
-	if s == "" || strings.HasPrefix(s, "system.") || strings.ContainsAny(s, "$\x00") || len(s) > 200 {
-		return fmt.Errorf("%w: %s %q is not a MongoDB collection name", ErrInvalidConfig, field, s)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/mongoname"
 )
 
 // FieldType is the type a filter value is parsed to.
@@ -167,6 +168,11 @@ func (c Config) Validate() error {
 	if len(c.CursorKey) < MinCursorKeyBytes {
 		return fmt.Errorf("%w: CursorKey must be at least %d bytes, got %d (LoadCursorKey makes one)", ErrInvalidConfig, MinCursorKeyBytes, len(c.CursorKey))
 	}
+	if c.Database != "" {
+		if err := mongoname.Database(c.Database); err != nil {
+			return fmt.Errorf("%w: Database: %v", ErrInvalidConfig, err)
+		}
+	}
 	seen := map[string]bool{}
 	for i, v := range c.Views {
 		if err := v.validate(); err != nil {
@@ -245,14 +251,19 @@ func (v View) validate() error {
 	if err := jetbus.ValidateTopic(v.Topic); err != nil {
 		return fmt.Errorf("Topic: %v", err)
 	}
-	if v.Collection == "" || strings.ContainsAny(v.Collection, "$\x00") {
-		return fmt.Errorf("Collection %q is not a collection name", v.Collection)
+	if v.Database != "" {
+		if err := mongoname.Database(v.Database); err != nil {
+			return fmt.Errorf("Database: %v", err)
+		}
+	}
+	if err := mongoname.Collection(v.Collection); err != nil {
+		return fmt.Errorf("Collection: %v", err)
 	}
 	if v.Partitions < 0 {
 		return fmt.Errorf("Partitions is negative")
 	}
 	for f, t := range v.Filters {
-		if err := checkField(f); err != nil {
+		if err := ValidateField(f); err != nil {
 			return fmt.Errorf("Filters: %v", err)
 		}
 		if slices.Contains(reservedParams, f) {
@@ -265,12 +276,12 @@ func (v View) validate() error {
 		}
 	}
 	for _, f := range v.Sort {
-		if err := checkField(f); err != nil {
+		if err := ValidateField(f); err != nil {
 			return fmt.Errorf("Sort: %v", err)
 		}
 	}
 	for _, f := range v.Fields {
-		if err := checkField(f); err != nil {
+		if err := ValidateField(f); err != nil {
 			return fmt.Errorf("Fields: %v", err)
 		}
 	}
@@ -286,7 +297,14 @@ func (v View) validate() error {
 	return nil
 }
 
-func checkField(f string) error {
+// ValidateField checks a field a view names (View.Filters, View.Sort, View.Fields): a
+// MongoDB field path (mongoname.FieldPath) whose names are plain identifiers (letters,
+// digits and _, not starting with a digit), since a client writes them in a URL's query; and
+// not one of the fields the projection keeps for itself.
+func ValidateField(f string) error {
+	if err := mongoname.FieldPath(f); err != nil {
+		return err
+	}
 	if !fieldPattern.MatchString(f) {
 		return fmt.Errorf("%q is not a field (letters, digits and _, dotted paths; not $-prefixed)", f)
 	}

@@ -70,6 +70,10 @@ func TestNew(t *testing.T) {
 		{"two views of one name", func(c *snapshotapi.Config) { c.Views = append(c.Views, c.Views[0]) }, "Views[1].Name"},
 		{"bad topic", func(c *snapshotapi.Config) { c.Views[0].Topic = "in.orders" }, "Views[0]: Topic"},
 		{"no collection", func(c *snapshotapi.Config) { c.Views[0].Collection = "" }, "Views[0]: Collection"},
+		{"collection with NUL", func(c *snapshotapi.Config) { c.Views[0].Collection = "ord\x00ers" }, "Views[0]: Collection"},
+		{"collection of MongoDB's", func(c *snapshotapi.Config) { c.Views[0].Collection = "system.views" }, "Views[0]: Collection"},
+		{"view database with NUL", func(c *snapshotapi.Config) { c.Views[0].Database = "shop\x00" }, "Views[0]: Database"},
+		{"default database with a dot", func(c *snapshotapi.Config) { c.Database = "a.b" }, "Database"},
 		{"$-prefixed filter", func(c *snapshotapi.Config) {
 			c.Views[0].Filters = map[string]snapshotapi.FieldType{"$where": snapshotapi.String}
 		}, "Views[0]: Filters"},

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/ingress"
+	"github.com/jetbus/jetbus/internal/mongoname"
+	"github.com/jetbus/jetbus/snapshotapi"
 )
 
 // checks are the named checks of the check tag. Each gets a non-empty string (a scalar, a list
@@ -39,18 +41,8 @@ var checks = map[string]func(string) error{
 		}
 		return nil
 	},
-	"database": func(s string) error {
-		if len(s) > 63 || strings.ContainsAny(s, `/\. "$*<>:|?`) {
-			return fmt.Errorf("%q is not a valid MongoDB database name", s)
-		}
-		return nil
-	},
-	"collection": func(s string) error {
-		if strings.HasPrefix(s, "system.") || strings.ContainsAny(s, "$\x00") || len(s) > 200 {
-			return fmt.Errorf("%q is not a valid MongoDB collection name", s)
-		}
-		return nil
-	},
+	"database":   mongoname.Database,   // the rule changefeed, projection and snapshotapi apply
+	"collection": mongoname.Collection, // likewise
 	"addr": func(s string) error {
 		if _, port, err := net.SplitHostPort(s); err != nil {
 			return fmt.Errorf("%q is not host:port", s)
@@ -65,9 +57,9 @@ var checks = map[string]func(string) error{
 		}
 		return nil
 	},
-	"field": matches(fieldPattern, "a document field (letters, digits, _, dotted paths; not $-prefixed)"),
+	"field": snapshotapi.ValidateField, // the rule snapshotapi.Config.Validate applies to a view's fields
 	"index-field": func(s string) error {
-		return matches(fieldPattern, "a field, optionally -prefixed")(strings.TrimPrefix(s, "-"))
+		return mongoname.FieldPath(strings.TrimPrefix(s, "-")) // the rule projection.Config.Validate applies
 	},
 	"pipeline": func(s string) error {
 		if !strings.HasPrefix(s, "$") {
@@ -83,8 +75,7 @@ var checks = map[string]func(string) error{
 }
 
 var (
-	namePattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-	fieldPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 )
 
 func matches(re *regexp.Regexp, what string) func(string) error {
