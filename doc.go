@@ -1,9 +1,56 @@
 // Package jetbus is the contract of the jetbus event bus: the Event, the Bus interface,
 // handlers and deliveries, publish and subscribe options, middleware types and errors.
 //
-// It holds no logic beyond option handling and validation of names. The implementation on
-// JetStream lives in package jetstream; partitioned consumer groups in package partition;
-// schemas in package schema; dead letters in package dlq.
+// It holds no logic beyond option handling and validation of names; the other packages of the
+// module own the rest.
+//
+// # Packages
+//
+// Libraries, for applications and for the processes:
+//
+//	jetbus                     the contract: Event, Bus, handlers, deliveries, options, middleware types, errors, names
+//	jetstream                  the Bus on NATS JetStream: streams, consumers, publish, pull, settle, the wire contract (docs/wire.md)
+//	partition                  consumer groups: membership, the assignment of partitions, partition leases, the partitioned Subscriber
+//	schema                     the schema registry in KV, compatibility, validation, upcasting, schema files, the publish-call linter
+//	dlq                        dead letters: the handler middleware, the safety net, per-key parking, inspect, replay, discard
+//	ingress                    the way in for plain NATS clients: the jetbus-ingress service on in.>
+//	changefeed                 MongoDB into topics: change-stream feeds, copies and outbox drainers, under a lease
+//	projection                 topics into MongoDB: changelog and transactional projections, rebuilds
+//	snapshotapi                the HTTP API of the views: documents, pages, history, read-your-writes, OpenAPI
+//
+// Test support and examples:
+//
+//	bustest                    the conformance suite of the jetbus.Bus contract
+//	embeddedtest               the real servers tests and dev mode run against: embedded nats-server, the MongoDB test backend
+//	embeddedtest/minimongo     an in-process server speaking the MongoDB wire protocol, for tests only
+//	embeddedtest/minimongo/mongotest  a conformance suite of MongoDB deployments as jetbus's tests use them
+//	examples/counter           a transactional projection run as a program of its own
+//	e2e                        end-to-end tests: the binaries as OS processes on a NATS cluster, under failures
+//
+// Commands:
+//
+//	cmd/bridge                 the bridge process (ingress, changefeeds, outbox drainers, the DLQ sweeper) and the operator's tools
+//	cmd/projector              the projector process (projections as partitioned replicas, the snapshot API) and rebuild
+//	cmd/jetbus-dev             make dev's entry point: the whole pipeline on one machine from one config file
+//	cmd/cmdtest                tests of the bridge and projector binaries as an operator runs them
+//
+// Internal packages the libraries may import (shared rules, nothing process-level):
+//
+//	internal/retry             which failures are worth another try, and the backoff between tries
+//	internal/streamscan        one in-order read of a stream, for lookups by content (jetstream, dlq)
+//	internal/jsonenc           the JSON encoding pieces the allocation-free renderers share (changefeed, snapshotapi)
+//	internal/promreg           registering Prometheus collectors: register or reuse, register or replace
+//	internal/mongoname         MongoDB's rules for database, collection and field-path names
+//
+// Internal packages of the processes (they import the libraries, never the other way round):
+//
+//	internal/config            the processes' configuration: YAML, environment and flags, decoded and checked
+//	internal/process           what the processes share around their components: Runner, signals, connections, Run
+//	internal/ops               what operators see: /healthz, /readyz, /metrics, /v1/ops/status, the status report, the registry
+//	internal/ops/opstest       a consumer group in a known, stable state for the tests of what operators see
+//	internal/cli               the command line both binaries share: exit statuses, flags, shared commands, the reference
+//	internal/devenv            the local environment of make dev and --dev: embedded NATS and MongoDB backend on a directory
+//	internal/devmode           the binaries' --dev flag: the embedded servers in the process, where the config says
 //
 // # Semantics
 //
