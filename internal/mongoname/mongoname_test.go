@@ -7,14 +7,15 @@ import (
 	"github.com/jetbus/jetbus/internal/mongoname"
 )
 
+type nameCase struct {
+	what  string
+	check func(string) error
+	name  string
+	valid bool
+}
+
 func TestNames(t *testing.T) {
-	type check func(string) error
-	tests := []struct {
-		what  string
-		check check
-		name  string
-		valid bool
-	}{
+	tests := []nameCase{
 		{"database", mongoname.Database, "jetbus", true},
 		{"database", mongoname.Database, "shop_2-eu", true},
 		{"database", mongoname.Database, strings.Repeat("d", 63), true},
@@ -53,12 +54,7 @@ func TestNames(t *testing.T) {
 	// Each character MongoDB forbids in a database name, alone, leading, inside and trailing.
 	for _, c := range mongoname.DatabaseForbidden + "\x00" {
 		for _, n := range []string{string(c), string(c) + "shop", "sh" + string(c) + "op", "shop" + string(c)} {
-			tests = append(tests, struct {
-				what  string
-				check check
-				name  string
-				valid bool
-			}{"database", mongoname.Database, n, false})
+			tests = append(tests, nameCase{"database", mongoname.Database, n, false})
 		}
 	}
 	for _, tt := range tests {
