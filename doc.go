@@ -34,7 +34,8 @@
 //	cmd/jetbus-dev             make dev's entry point: the whole pipeline on one machine from one config file
 //	cmd/cmdtest                tests of the bridge and projector binaries as an operator runs them
 //
-// Internal packages the libraries may import (shared rules, nothing process-level):
+// Internal packages the libraries may import (shared rules, nothing process-level; see
+// TestLibrariesImportOnlyLibraryInternals):
 //
 //	internal/retry             which failures are worth another try, and the backoff between tries
 //	internal/streamscan        one in-order read of a stream, for lookups by content (jetstream, dlq)
@@ -45,6 +46,7 @@
 // Internal packages of the processes (they import the libraries, never the other way round):
 //
 //	internal/config            the processes' configuration: YAML, environment and flags, decoded and checked
+//	internal/wiring            the composition root: a loaded configuration becomes each process's components, and the tools' connections
 //	internal/process           what the processes share around their components: Runner, signals, connections, Run
 //	internal/ops               what operators see: /healthz, /readyz, /metrics, /v1/ops/status, the status report, the registry
 //	internal/ops/opstest       a consumer group in a known, stable state for the tests of what operators see

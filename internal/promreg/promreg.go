@@ -5,12 +5,13 @@
 // collector already registered: a collector whose values come from a closure over the state
 // of the latest setup).
 //
-// The library packages (jetstream, partition, changefeed, projection, dlq, ingress,
-// snapshotapi, schema) may import only the internal packages that hold such shared rules and
-// import no process-level package themselves: internal/promreg, internal/retry,
-// internal/jsonenc, internal/streamscan and internal/mongoname. The process-level packages
-// (internal/config, internal/ops, internal/process, internal/cli, internal/wiring,
-// internal/devenv, internal/devmode) import the libraries, never the other way round.
+// The libraries (every package outside cmd/, examples/, e2e/, bench/ and internal/) may
+// import only the internal packages that hold such shared rules with no process in them:
+// internal/promreg, internal/retry, internal/jsonenc, internal/streamscan and
+// internal/mongoname. The process-level packages (internal/config, internal/ops,
+// internal/process, internal/cli, internal/wiring, internal/devenv, internal/devmode) import
+// the libraries, never the other way round (the root package's
+// TestLibrariesImportOnlyLibraryInternals; docs/architecture.md, "Internal packages").
 package promreg
 
 import (
