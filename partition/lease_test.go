@@ -145,3 +145,42 @@ func TestAdvanceCompareAndSet(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, next.Revision, same.Revision, "nothing to store when the members match")
 }
+
+// TestLeaseKeep: Keep holds a lease past its TTL by renewing it, returns nil when its context
+// ends, and returns ErrLeaseLost at its next renewal once the lease was taken from it.
+func TestLeaseKeep(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	ctx := t.Context()
+	js := jetStream(t, s.ClientURL())
+	g, err := partition.OpenGroup(ctx, js, partition.Config{Topic: "orders", Group: "keep", MemberID: "a", TTL: time.Second})
+	require.NoError(t, err)
+	l, err := g.TryAcquire(ctx, 0)
+	require.NoError(t, err)
+	rev := l.Revision()
+
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Keep(kctx, nil) }()
+	time.Sleep(1500 * time.Millisecond) // past the lease TTL
+	info, err := g.ReadLease(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseHeld, info.State, "kept past its TTL")
+	assert.Equal(t, "a", info.Owner)
+	assert.Greater(t, l.Revision(), rev, "renewed")
+	stop()
+	require.NoError(t, <-done, "a context that ends is not a loss")
+
+	// Taken behind its back: the key deleted, then another member's.
+	kv, err := js.KeyValue(ctx, partition.GroupBucket("keep"))
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, partition.LeaseKey("orders", 0)))
+	var failed []error
+	go func() { done <- l.Keep(ctx, func(err error) { failed = append(failed, err) }) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, partition.ErrLeaseLost)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the loss was not seen")
+	}
+	assert.Empty(t, failed, "a loss is returned, not reported as a failed renewal")
+}
