@@ -129,7 +129,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mongo: deps.Mongo, schemas: deps.Schemas, keys: deps.Keys, topics: map[string]bool{}, views: map[string]*view{},
-		auth: newAuthorizer(cfg), cursors: cursorCodec{key: cfg.CursorKey}, cache: newDocCache(cfg.CacheBytes),
+		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
 		metrics: m, log: o.log, now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	for _, v := range cfg.Views {
@@ -395,7 +395,7 @@ func (s *Server) viewOf(c echo.Context) (*view, *apiError) {
 	}
 	v := s.views[name]
 	if v == nil {
-		return nil, newError(http.StatusNotFound, CodeUnknownView, "no view %q", printable(name)).with("views", s.viewNames())
+		return nil, newError(http.StatusNotFound, CodeUnknownView, "no view %q", printable(name)).with("views", s.viewNames(p))
 	}
 	if e := s.auth.authorize(p, name); e != nil {
 		return nil, e
@@ -403,10 +403,14 @@ func (s *Server) viewOf(c echo.Context) (*view, *apiError) {
 	return v, nil
 }
 
-func (s *Server) viewNames() []string {
-	out := make([]string, len(s.order))
-	for i, v := range s.order {
-		out[i] = v.Name
+// viewNames lists the views p may read (every view when the API is open): an error names
+// only what the caller's scope may see.
+func (s *Server) viewNames(p *principal) []string {
+	out := []string{}
+	for _, v := range s.order {
+		if s.auth.open || p.may(v.Name) {
+			out = append(out, v.Name)
+		}
 	}
 	return out
 }
