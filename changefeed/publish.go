@@ -14,15 +14,15 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
-	"github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/schema"
 )
 
-// Publisher is what feeds and drainers need of the Bus: pipelined publishes, and the
-// JetStream context for their KV buckets. *jetstream.Bus has it; open it with the schema
-// registry's publish middleware so that changes are validated against their topic's schema.
+// Publisher is what feeds and drainers need of the Bus: pipelined publishes (the
+// jetbus.AsyncPublisher capability), and the JetStream context for their KV buckets.
+// *jetstream.Bus has it; open it with the schema registry's publish middleware so that
+// changes are validated against their topic's schema.
 type Publisher interface {
-	PublishAsync(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*jetstream.PublishFuture, error)
+	jetbus.AsyncPublisher
 	JetStream() natsjs.JetStream
 }
 
@@ -31,10 +31,7 @@ type Rejecter interface {
 	Reject(ctx context.Context, r dlq.Rejected) (uint64, error)
 }
 
-var (
-	_ Publisher = (*jetstream.Bus)(nil)
-	_ Rejecter  = (*dlq.Queue)(nil)
-)
+var _ Rejecter = (*dlq.Queue)(nil)
 
 // message is one event to publish.
 type message struct {
@@ -63,7 +60,7 @@ type sender struct {
 // send publishes m asynchronously. When m can never be published (rejectable), it stores m
 // in the DLQ instead and returns rejected; a nil future and a nil error then mean m is done.
 // Any other error stops the runner, which starts again from its position.
-func (s *sender) send(ctx context.Context, m *message) (fut *jetstream.PublishFuture, rejected bool, err error) {
+func (s *sender) send(ctx context.Context, m *message) (fut jetbus.PublishFuture, rejected bool, err error) {
 	opts := make([]jetbus.PublishOption, 0, 4+len(m.opts))
 	opts = append(opts, jetbus.WithID(m.id), jetbus.WithKey(m.key))
 	if !m.ts.IsZero() {

@@ -24,6 +24,9 @@ import (
 	"github.com/jetbus/jetbus/schema"
 )
 
+// The Bus the package is used with has what it needs of one.
+var _ ingress.Publisher = (*jbjs.Bus)(nil)
+
 const wait = 20 * time.Second
 
 // env is what the bridge gives ingress, on an embedded server: a Bus with the schema

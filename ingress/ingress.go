@@ -19,15 +19,14 @@ import (
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/internal/retry"
-	"github.com/jetbus/jetbus/jetstream"
 )
 
-// Publisher is what ingress publishes through: a jetstream.Bus opened with the schema
-// registry's publish middleware. Its bound on pending async publishes
-// (jetstream.WithAsyncMaxPending) must be at least Config.MaxInFlight. JetStream is used to
-// probe a topic's stream while publishes fail.
+// Publisher is what ingress publishes through: the jetbus.AsyncPublisher capability of a
+// Bus (a jetstream.Bus opened with the schema registry's publish middleware). Its bound on
+// pending async publishes (jetstream.WithAsyncMaxPending) must be at least
+// Config.MaxInFlight. JetStream is used to probe a topic's stream while publishes fail.
 type Publisher interface {
-	PublishAsync(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*jetstream.PublishFuture, error)
+	jetbus.AsyncPublisher
 	JetStream() natsjs.JetStream
 }
 
@@ -36,10 +35,7 @@ type DeadLetters interface {
 	Reject(ctx context.Context, r dlq.Rejected) (uint64, error)
 }
 
-var (
-	_ Publisher   = (*jetstream.Bus)(nil)
-	_ DeadLetters = (*dlq.Queue)(nil)
-)
+var _ DeadLetters = (*dlq.Queue)(nil)
 
 // rejecters is the number of goroutines writing dead letters: each waits for the DLQ's
 // acknowledgement, so a few keep a flood of garbage from holding up the rest.

@@ -47,7 +47,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = q.Close() })
 	be.q = q
-	futs := make([]*jetstream.PublishFuture, 0, 1000)
+	futs := make([]jetbus.PublishFuture, 0, 1000)
 	for i := range benchEvents {
 		payload := map[string]any{"n": i, "status": []string{"new", "paid", "shipped"}[i%3], "amount": i % 977, "note": "benchmark order"}
 		f, err := be.bus.PublishAsync(ctx, "orders", payload, jetbus.WithKey("k"+strconv.Itoa(i%benchKeys)))

@@ -30,7 +30,7 @@ type env struct {
 	parts int
 
 	mu      sync.Mutex
-	futures []*jetstream.PublishFuture
+	futures []jetbus.PublishFuture
 	pubErr  error
 	last    map[int]uint64 // the highest sequence published to each partition
 }
