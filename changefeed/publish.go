@@ -26,12 +26,13 @@ type Publisher interface {
 	JetStream() natsjs.JetStream
 }
 
-// Rejecter keeps what cannot be published. *dlq.Queue has it.
-type Rejecter interface {
+// DeadLetters keeps what feeds and drainers can never publish (the dead-letter role, named
+// so in every component): a *dlq.Queue.
+type DeadLetters interface {
 	Reject(ctx context.Context, r dlq.Rejected) (uint64, error)
 }
 
-var _ Rejecter = (*dlq.Queue)(nil)
+var _ DeadLetters = (*dlq.Queue)(nil)
 
 // message is one event to publish.
 type message struct {
@@ -50,10 +51,10 @@ type message struct {
 // sender publishes a runner's messages and dead-letters those that can never be published.
 type sender struct {
 	bus       Publisher
-	dlq       Rejecter // nil: a message that cannot be published stops the runner
-	by        string   // the dead letters' group: "changefeed-<name>", "outbox-<name>"
-	source    string   // their original subject: "changefeed.<name>", "outbox.<name>"
-	templated bool     // topics come from a template: a missing topic is the message's fault
+	dlq       DeadLetters // nil: a message that cannot be published stops the runner
+	by        string      // the dead letters' group: "changefeed-<name>", "outbox-<name>"
+	source    string      // their original subject: "changefeed.<name>", "outbox.<name>"
+	templated bool        // topics come from a template: a missing topic is the message's fault
 	log       *slog.Logger
 }
 

@@ -35,7 +35,7 @@ type Option func(*runOptions) error
 type runOptions struct {
 	logger     *slog.Logger
 	registerer prometheus.Registerer
-	dlq        Rejecter
+	dlq        DeadLetters
 }
 
 // WithLogger sets the logger (default: discard).
@@ -55,7 +55,7 @@ func WithRegisterer(r prometheus.Registerer) Option {
 
 // WithDeadLetters sets where what can never be published goes (a *dlq.Queue). Without it
 // such a change or outbox document stops the runner (it is retried, never skipped).
-func WithDeadLetters(q Rejecter) Option {
+func WithDeadLetters(q DeadLetters) Option {
 	return func(o *runOptions) error { o.dlq = q; return nil }
 }
 
