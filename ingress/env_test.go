@@ -54,7 +54,7 @@ func newEnvOn(t testing.TB, s *server.Server, url string, topics ...jbjs.TopicCo
 	e := &env{t: t, srv: s, url: url}
 	e.bus, e.reg = e.publisher()
 	e.js = e.bus.JetStream()
-	q, err := dlq.Open(ctx, e.js, dlq.Config{Logger: embeddedtest.Logger(t)})
+	q, err := dlq.Open(ctx, e.js, dlq.Config{}, dlq.WithLogger(embeddedtest.Logger(t)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
 	e.q = q

@@ -34,9 +34,7 @@ func bridgeSpec(cfg *config.Config) (process.Spec, error) {
 			if err := process.EnsureTopics(ctx, env.Bus, cfg.Topics, log); err != nil {
 				return nil, err
 			}
-			dc := process.DLQConfig(cfg.DLQ)
-			dc.Registerer, dc.Logger = env.Metrics, log
-			q, err := dlq.Open(ctx, env.Bus.JetStream(), dc)
+			q, err := dlq.Open(ctx, env.Bus.JetStream(), process.DLQConfig(cfg.DLQ), dlq.WithRegisterer(env.Metrics), dlq.WithLogger(log))
 			if err != nil {
 				return nil, err
 			}

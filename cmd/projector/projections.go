@@ -46,9 +46,7 @@ func projectionConfig(cfg *config.Config, p config.Projection) projection.Config
 // settings) and the schema registry, whose upcaster makes projections see every event in its
 // topic's latest shape.
 func projectionDeps(ctx context.Context, env *process.Env, cfg *config.Config) (*dlq.Queue, []projection.Option, error) {
-	dc := process.DLQConfig(cfg.DLQ)
-	dc.Registerer, dc.Logger = env.Metrics, env.Logger
-	q, err := dlq.Open(ctx, env.Bus.JetStream(), dc)
+	q, err := dlq.Open(ctx, env.Bus.JetStream(), process.DLQConfig(cfg.DLQ), dlq.WithRegisterer(env.Metrics), dlq.WithLogger(env.Logger))
 	if err != nil {
 		return nil, nil, err
 	}
