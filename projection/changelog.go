@@ -45,7 +45,7 @@ type Changelog struct {
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup and ErrInvalidConfig (Config.Validate,
 // a missing Collection, nil dependencies).
-func NewChangelog(cfg Config, bus Bus, client *mongo.Client, dl DeadLetters, opts ...Option) (*Changelog, error) {
+func NewChangelog(bus Bus, client *mongo.Client, dl DeadLetters, cfg Config, opts ...Option) (*Changelog, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

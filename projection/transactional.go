@@ -55,7 +55,7 @@ type Transactional struct {
 // Options: WithLogger, WithRegisterer, WithMiddlewares.
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup and ErrInvalidConfig.
-func NewTransactional(cfg Config, bus Bus, client *mongo.Client, dl DeadLetters, h TxHandler, opts ...Option) (*Transactional, error) {
+func NewTransactional(bus Bus, client *mongo.Client, dl DeadLetters, h TxHandler, cfg Config, opts ...Option) (*Transactional, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

@@ -37,7 +37,7 @@ func apiComponents(ctx context.Context, env *process.Env, cfg *config.Config) ([
 	if err != nil {
 		return nil, fmt.Errorf("snapshot API: schema registry: %w", err)
 	}
-	srv, err := snapshotapi.New(ac, snapshotapi.Deps{Mongo: env.Mongo, Schemas: reg, Keys: env.Bus},
+	srv, err := snapshotapi.New(snapshotapi.Deps{Mongo: env.Mongo, Schemas: reg, Keys: env.Bus}, ac,
 		snapshotapi.WithLogger(env.Logger.With("component", "snapshot-api")), snapshotapi.WithRegisterer(env.Metrics))
 	if err != nil {
 		_ = reg.Close()

@@ -72,7 +72,7 @@ func projectionComponents(ctx context.Context, env *process.Env, cfg *config.Con
 	}
 	var comps []process.Component
 	for _, p := range cfg.Projections {
-		c, err := projection.NewChangelog(projectionConfig(cfg, p), env.Bus, env.Mongo, q, opts...)
+		c, err := projection.NewChangelog(env.Bus, env.Mongo, q, projectionConfig(cfg, p), opts...)
 		if err != nil {
 			return nil, fmt.Errorf("projection %s: %w", p.Name, err)
 		}
@@ -126,7 +126,7 @@ func rebuild(cmd *cobra.Command, cfg *config.Config, p config.Projection, ro pro
 		bar.SetTotal(int(max(pr.Total, 1)))
 		bar.Set(int(pr.Done), 0)
 	}
-	live, err := projection.Rebuild(ctx, projectionConfig(cfg, p), bus, client, q, ro, opts...)
+	live, err := projection.Rebuild(ctx, bus, client, q, projectionConfig(cfg, p), ro, opts...)
 	if bar != nil {
 		bar.Finish()
 	}
