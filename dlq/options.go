@@ -4,42 +4,17 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/option"
 )
 
 // Option configures Open beyond its Config: Go-only settings. A nil Option is skipped.
-type Option func(*options) error
-
-type options struct {
-	logger     *slog.Logger
-	registerer prometheus.Registerer
-}
+type Option func(*option.Common) error
 
 // WithLogger sets the logger (default: discard).
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) error {
-		if l != nil {
-			o.logger = l
-		}
-		return nil
-	}
-}
+func WithLogger(l *slog.Logger) Option { return option.Logger[option.Common](l) }
 
 // WithRegisterer registers the Queue's metrics on r (default: none):
 // dlq_dead_letters_total{topic,group,reason}, dlq_replayed_total{topic},
 // dlq_discarded_total{topic} and dlq_parked_keys.
-func WithRegisterer(r prometheus.Registerer) Option {
-	return func(o *options) error { o.registerer = r; return nil }
-}
-
-func applyOptions(opts []Option) (options, error) {
-	o := options{logger: slog.New(slog.DiscardHandler)}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
-}
+func WithRegisterer(r prometheus.Registerer) Option { return option.Registerer[option.Common](r) }

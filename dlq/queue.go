@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetbus/jetbus/internal/option"
 	"github.com/jetbus/jetbus/internal/retry"
 )
 
@@ -149,15 +150,15 @@ func Open(ctx context.Context, js JetStream, cfg Config, opts ...Option) (*Queue
 	if err != nil {
 		return nil, err
 	}
-	o, err := applyOptions(opts)
+	o, err := option.Apply[option.Common](opts)
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(o.registerer)
+	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{js: js, cfg: cfg, log: o.logger, metrics: m, parked: make(map[string]*parkSet), stop: make(chan struct{})}
+	q := &Queue{js: js, cfg: cfg, log: o.Logger, metrics: m, parked: make(map[string]*parkSet), stop: make(chan struct{})}
 	if err := q.Ensure(ctx); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/internal/option"
 	"github.com/jetbus/jetbus/internal/retry"
 )
 
@@ -101,20 +102,15 @@ func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Opt
 	if n := conn.NumSubscriptions(); n != 0 {
 		return nil, fmt.Errorf("%w (%d)", ErrSharedConn, n)
 	}
-	o := options{logger: slog.New(slog.DiscardHandler)}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	m, err := newMetrics(o.registerer)
+	o, err := option.Apply[option.Common](opts)
 	if err != nil {
 		return nil, err
 	}
-	log := o.logger.With("component", "ingress")
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger.With("component", "ingress")
 	g := &Ingress{
 		conn: conn, pub: pub, dl: dl, cfg: cfg, log: log, m: m,
 		topics:  make(map[string]*topicMetrics, len(cfg.Allow)),
