@@ -110,7 +110,7 @@ func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Opt
 	if err != nil {
 		return nil, err
 	}
-	log := o.Logger.With("component", "ingress")
+	log := o.Logger.With("component", "ingress/in")
 	g := &Ingress{
 		conn: conn, pub: pub, dl: dl, cfg: cfg, log: log, m: m,
 		topics:  make(map[string]*topicMetrics, len(cfg.Allow)),
@@ -128,7 +128,7 @@ func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Opt
 }
 
 // Name implements the process component.
-func (g *Ingress) Name() string { return "ingress" }
+func (g *Ingress) Name() string { return "ingress/in" }
 
 // Ready reports nil while the service is subscribed and serving.
 func (g *Ingress) Ready(context.Context) error {
