@@ -168,8 +168,12 @@ func (s *Server) router() *echo.Echo {
 	return e
 }
 
-// ServeHTTP serves the API's routes.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+// ServeHTTP serves the API's routes. Every response says X-Content-Type-Options: nosniff (a JSON body is never sniffed as
+// HTML by a browser).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	s.echo.ServeHTTP(w, r)
+}
 
 // Run keeps the document cache live with a change stream on each views' database, until ctx
 // ends; then it returns nil. A deployment without change streams leaves the cache off (it
@@ -357,7 +361,9 @@ func (s *Server) dbError(ctx context.Context, err error) *apiError {
 		s.log.Error("snapshot API: MongoDB refused a query", "error", err)
 		return newError(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
-	return newError(http.StatusServiceUnavailable, CodeUnavailable, "MongoDB is unavailable: %s", retry.Opaque(err)).withHeader("Retry-After", "1")
+	// The cause (hosts, topology) is logged, never sent: a client learns nothing of the backend.
+	s.log.Warn("snapshot API: MongoDB unavailable", "error", err)
+	return newError(http.StatusServiceUnavailable, CodeUnavailable, "the view store is unavailable").withHeader("Retry-After", "1")
 }
 
 // nodeStateCodes are MongoDB errors of a node that cannot serve now (stepping down, shutting

@@ -3,8 +3,6 @@ package wiring
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/jetbus/jetbus/internal/config"
@@ -22,7 +20,12 @@ import (
 // /openapi.json), one DLQ queue.
 func Projector(cfg *config.Config) (process.Spec, error) {
 	topics, listed := statusSource(cfg)
-	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0, Topics: topics, Groups: listed, Listed: listed}
+	guard, err := opsGuard(cfg)
+	if err != nil {
+		return process.Spec{}, err
+	}
+	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0, Topics: topics, Groups: listed, Listed: listed,
+		OpsGuard: guard}
 	spec.Setup = func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
 		res := &resources{}
 		defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind
@@ -114,12 +117,11 @@ func (c *api) Run(ctx context.Context) error {
 	if c.addr == "" {
 		return c.srv.Run(ctx)
 	}
-	ln, err := net.Listen("tcp", c.addr)
+	ln, err := c.env.Listen(c.addr)
 	if err != nil {
 		return fmt.Errorf("http.api_addr: %w", err)
 	}
-	hs := &http.Server{Handler: c.srv, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: c.timeout + 5*time.Second,
-		MaxHeaderBytes: snapshotapi.DefaultMaxHeaderBytes * 2}
+	hs := c.env.NewServer(c.srv)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cached := make(chan error, 1)
