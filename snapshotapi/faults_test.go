@@ -99,11 +99,11 @@ func TestNew(t *testing.T) {
 			err := c.Validate()
 			require.ErrorIs(t, err, snapshotapi.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tc.want)
-			_, err = snapshotapi.New(c, snapshotapi.Deps{Mongo: embeddedtest.Mongo(t).Client()})
+			_, err = snapshotapi.New(snapshotapi.Deps{Mongo: embeddedtest.Mongo(t).Client()}, c)
 			require.ErrorIs(t, err, snapshotapi.ErrInvalidConfig)
 		})
 	}
-	_, err := snapshotapi.New(good(), snapshotapi.Deps{})
+	_, err := snapshotapi.New(snapshotapi.Deps{}, good())
 	require.ErrorIs(t, err, snapshotapi.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "Deps.Mongo")
 	require.NoError(t, good().Validate())

@@ -101,7 +101,7 @@ type Server struct {
 //
 // Options: WithLogger, WithRegisterer. Errors wrap ErrInvalidConfig (cfg, or Deps.Mongo
 // missing) or come from registering metrics.
-func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
+func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

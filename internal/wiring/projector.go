@@ -42,7 +42,7 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 		}
 		opts := sh.projectionOptions()
 		for _, p := range cfg.Projections {
-			c, err := projection.NewChangelog(projectionConfig(cfg, p), env.Bus, env.Mongo, sh.q, opts...)
+			c, err := projection.NewChangelog(env.Bus, env.Mongo, sh.q, projectionConfig(cfg, p), opts...)
 			if err != nil {
 				return nil, fmt.Errorf("projection %s: %w", p.Name, err)
 			}
@@ -83,7 +83,7 @@ func apiComponent(ctx context.Context, sh *shared) (process.Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := snapshotapi.New(ac, snapshotapi.Deps{Mongo: env.Mongo, Schemas: sh.reg, Keys: env.Bus},
+	srv, err := snapshotapi.New(snapshotapi.Deps{Mongo: env.Mongo, Schemas: sh.reg, Keys: env.Bus}, ac,
 		snapshotapi.WithLogger(env.Logger.With("component", apiName)), snapshotapi.WithRegisterer(env.Metrics))
 	if err != nil {
 		return nil, err
