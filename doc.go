@@ -42,6 +42,7 @@
 //	internal/jsonenc           the JSON encoding pieces the allocation-free renderers share (changefeed, snapshotapi)
 //	internal/promreg           registering Prometheus collectors: register or reuse, register or replace
 //	internal/mongoname         MongoDB's rules for database, collection and field-path names
+//	internal/option            the options every component takes (logger, registerer) and the loop applying them
 //
 // Internal packages of the processes (they import the libraries, never the other way round):
 //

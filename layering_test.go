@@ -14,7 +14,7 @@ import (
 // The others — config, process, ops, cli, wiring, devenv, devmode — belong to the processes
 // (docs/architecture.md, "Internal packages").
 var libraryInternals = []string{"internal/retry", "internal/streamscan", "internal/jsonenc", "internal/promreg",
-	"internal/mongoname"}
+	"internal/mongoname", "internal/option"}
 
 func TestLibrariesImportOnlyLibraryInternals(t *testing.T) {
 	const module = "github.com/jetbus/jetbus/"
