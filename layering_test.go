@@ -13,7 +13,7 @@ import (
 // examples/, e2e/, bench/ and internal/) may import: small rules with no process in them.
 // The others — config, process, ops, cli, wiring, devenv, devmode — belong to the processes
 // (docs/architecture.md, "Internal packages").
-var libraryInternals = []string{"internal/retry", "internal/streamscan", "internal/jsonenc", "internal/metrics",
+var libraryInternals = []string{"internal/retry", "internal/streamscan", "internal/jsonenc", "internal/option", "internal/metrics",
 	"internal/lease", "internal/mongoname"}
 
 func TestLibrariesImportOnlyLibraryInternals(t *testing.T) {

@@ -42,6 +42,7 @@ const (
 	DefaultMaxHeaderBytes = 16 << 10
 	DefaultMaxBodyBytes   = 1 << 10
 	DefaultCacheBytes     = 32 << 20
+	DefaultMaxWaits       = 1024
 	DefaultScopeClaim     = "views"
 	DefaultJWTLeeway      = 30 * time.Second
 	// MinCursorKeyBytes is the shortest Config.CursorKey accepted.
@@ -160,6 +161,9 @@ type Config struct {
 	// CacheBytes bounds the document cache (default DefaultCacheBytes; negative: no cache).
 	// The cache is live only while Run runs (see the package doc).
 	CacheBytes int64
+	// MaxWaits bounds the requests waiting for ?after= at once (default DefaultMaxWaits);
+	// one more gets 503 unavailable with Retry-After.
+	MaxWaits int
 }
 
 // Validate reports whether c is usable; errors wrap ErrInvalidConfig and name the field.
@@ -229,8 +233,8 @@ func (c Config) Validate() error {
 	if c.MaxWait > 0 && c.DefaultWait > c.MaxWait {
 		return fmt.Errorf("%w: DefaultWait %s exceeds MaxWait %s", ErrInvalidConfig, c.DefaultWait, c.MaxWait)
 	}
-	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 {
-		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes and MaxBodyBytes may not be negative", ErrInvalidConfig)
+	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 {
+		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes and MaxWaits may not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -347,6 +351,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CacheBytes == 0 {
 		c.CacheBytes = DefaultCacheBytes
+	}
+	if c.MaxWaits == 0 {
+		c.MaxWaits = DefaultMaxWaits
 	}
 	if c.JWT.ScopeClaim == "" {
 		c.JWT.ScopeClaim = DefaultScopeClaim

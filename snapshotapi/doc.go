@@ -57,11 +57,14 @@
 //     the NATS KV bucket jetbus_snapshotapi, created once by whichever replica comes first, so
 //     nobody has to configure a secret. A cursor from another key, query or version of the
 //     API is a 400 bad_cursor: start the walk again.
-//   - Read-your-writes polls the checkpoint of each position's partition (2 ms doubling to
-//     50 ms) until it reaches the position or the wait (default 2 s, at most 10 s, and never
-//     past the request timeout) runs out: then 503 not_applied, Retry-After: 1 and details
-//     saying how far behind the view is. The read that follows goes to MongoDB, not to the
-//     cache.
+//   - Read-your-writes waits until the checkpoint of each position's partition reaches the
+//     position or the wait (default 2 s, at most 10 s, and never past the request timeout)
+//     runs out: then 503 not_applied, Retry-After: 1 and details saying how far behind the
+//     view is. While Run's change stream on the view's database runs, a waiting request
+//     reads the checkpoint again only when the stream reports a write to it (and at least
+//     once a second); without it, it polls (2 ms doubling to 50 ms). At most
+//     Config.MaxWaits requests wait at once (503 unavailable beyond). The read that follows
+//     goes to MongoDB, not to the cache.
 //   - The live collection of a view comes from jetbus_projections (after a rebuild), cached
 //     for at most a second, one query at a time per view.
 //   - A document cache (Config.CacheBytes, LRU) answers repeated and conditional reads by
