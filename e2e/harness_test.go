@@ -157,6 +157,7 @@ projections:
   - name: orders-view
     topic: orders
     collection: orders_view
+    indexes: [{fields: [status]}, {fields: [total]}]
   - name: customers-view
     topic: customers
     collection: customers_view

@@ -169,11 +169,12 @@ type Index struct {
 type View struct {
 	Name         string            `yaml:"name" required:"true" check:"name" desc:"View name, the {view} of /v1/views/{view}." example:"orders"`
 	Projection   string            `yaml:"projection" required:"true" desc:"The projection whose collection the view reads." example:"orders-view"`
-	Filters      map[string]string `yaml:"filters" check:"field" enum:"string|number|bool|time" desc:"Fields a client may filter on (?field=op.value), each with its type." example:"{status: string, total: number, created: time}"`
+	Filters      map[string]string `yaml:"filters" check:"field" enum:"string|number|bool|time" desc:"Fields a client may filter on (?field=op.value), each with its type; each must lead an index of the projection (or be _id), unless scan is set." example:"{status: string, total: number, created: time}"`
 	Sort         []string          `yaml:"sort" check:"field" desc:"Fields a client may order by; each must lead an index of the projection (or be _id)." example:"[created]"`
 	Fields       []string          `yaml:"fields" check:"field" desc:"Fields returned (empty: the whole document)." example:"[status, total, created]"`
 	MaxLimit     int               `yaml:"max_limit" default:"100" min:"1" max:"1000" desc:"Largest page a list request may ask for."`
 	CacheControl string            `yaml:"cache_control" default:"no-cache" desc:"Cache-Control header of responses." example:"max-age=5"`
+	Scan         bool              `yaml:"scan" desc:"Allow filters on fields that lead no index of the projection: each such request may then scan the whole collection (for up to http.request_timeout). Without it, every filter field must lead one of the projection's indexes (or be _id)."`
 }
 
 // Auth configures the snapshot API's access control.
