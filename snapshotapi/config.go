@@ -43,6 +43,7 @@ const (
 	DefaultMaxBodyBytes   = 1 << 10
 	DefaultCacheBytes     = 32 << 20
 	DefaultMaxWaits       = 1024
+	DefaultMaxPageBytes   = 4 << 20
 	DefaultScopeClaim     = "views"
 	DefaultJWTLeeway      = 30 * time.Second
 	// MinCursorKeyBytes is the shortest Config.CursorKey accepted.
@@ -164,6 +165,10 @@ type Config struct {
 	// MaxWaits bounds the requests waiting for ?after= at once (default DefaultMaxWaits);
 	// one more gets 503 unavailable with Retry-After.
 	MaxWaits int
+	// MaxPageBytes bounds the documents of one list page, as stored (default
+	// DefaultMaxPageBytes): a page that would hold more ends early, with its next link, but
+	// always holds one document.
+	MaxPageBytes int
 }
 
 // Validate reports whether c is usable; errors wrap ErrInvalidConfig and name the field.
@@ -233,8 +238,8 @@ func (c Config) Validate() error {
 	if c.MaxWait > 0 && c.DefaultWait > c.MaxWait {
 		return fmt.Errorf("%w: DefaultWait %s exceeds MaxWait %s", ErrInvalidConfig, c.DefaultWait, c.MaxWait)
 	}
-	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 {
-		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes and MaxWaits may not be negative", ErrInvalidConfig)
+	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 || c.MaxPageBytes < 0 {
+		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits and MaxPageBytes may not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -354,6 +359,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxWaits == 0 {
 		c.MaxWaits = DefaultMaxWaits
+	}
+	if c.MaxPageBytes == 0 {
+		c.MaxPageBytes = DefaultMaxPageBytes
 	}
 	if c.JWT.ScopeClaim == "" {
 		c.JWT.ScopeClaim = DefaultScopeClaim
