@@ -35,8 +35,7 @@ type childSpec struct {
 }
 
 func TestMain(m *testing.M) {
-	embeddedtest.RunChild(childEnv, func() { os.Exit(runChild(os.Getenv(childEnv))) })
-	os.Exit(m.Run())
+	embeddedtest.TestMain(m, childEnv, func() { os.Exit(runChild(os.Getenv(childEnv))) })
 }
 
 // runChild runs one feed or drainer as a process until SIGTERM (or SIGKILL).

@@ -8,7 +8,7 @@
 //
 // It also runs the programs under test as processes: Start runs a command as a child of the
 // test, collects its output, stops it by a signal (Process.Stop, Process.Kill) and kills it
-// when the test ends; RunChild and ChildCommand make the test binary, re-executed, the program
+// when the test ends; TestMain and ChildCommand make the test binary, re-executed, the program
 // itself (its main). SyncBuffer is the buffer such output is polled from, and Poll the one
 // deadline-bound wait.
 package embeddedtest

@@ -13,27 +13,24 @@ import (
 	"time"
 )
 
-// RunChild makes a test binary the program under test when the environment variable env is
-// set: called first in TestMain, it runs main instead of the tests and exits 0 when main
-// returns (main may exit with a status of its own). ChildCommand starts the binary that way;
-// main reads the command line ChildCommand was given in os.Args[1:] and its own settings from
-// the environment (env's value among them).
+// TestMain is the TestMain of a test binary that is also the program under test: when the
+// environment variable env is set (ChildCommand sets it), it runs main instead of the tests and
+// exits 0 when main returns (main may exit with a status of its own); otherwise it runs the
+// tests. main reads the command line ChildCommand was given in os.Args[1:], and its own
+// settings from the environment, env's value among them.
 //
-//	func TestMain(m *testing.M) {
-//		embeddedtest.RunChild(mainEnv, main)
-//		os.Exit(m.Run())
-//	}
-func RunChild(env string, main func()) {
-	if os.Getenv(env) == "" {
-		return
+//	func TestMain(m *testing.M) { embeddedtest.TestMain(m, mainEnv, main) }
+func TestMain(m *testing.M, env string, main func()) {
+	if os.Getenv(env) != "" {
+		main()
+		os.Exit(0)
 	}
-	main()
-	os.Exit(0)
+	os.Exit(m.Run())
 }
 
 // ChildCommand returns the command that runs this test binary again with env=value added to
-// the environment and args as its command line: main, through RunChild in TestMain, or a test
-// function that args select (-test.run) and that reads env. Start runs it.
+// the environment and args as its command line: main, through TestMain, or a test function
+// that args select (-test.run) and that reads env. Start runs it.
 func ChildCommand(env, value string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), env+"="+value)

@@ -20,10 +20,7 @@ import (
 // exits with the status its value names on SIGTERM.
 const childEnv = "JETBUS_EMBEDDEDTEST_CHILD"
 
-func TestMain(m *testing.M) {
-	embeddedtest.RunChild(childEnv, child)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { embeddedtest.TestMain(m, childEnv, child) }
 
 func child() {
 	term := make(chan os.Signal, 1)
@@ -86,8 +83,8 @@ func TestProcessCleanup(t *testing.T) {
 	assert.True(t, p.Exited(), "the cleanup killed it and waited")
 }
 
-func TestChildCommandWithoutRunChild(t *testing.T) {
-	// A test binary without RunChild's variable runs its tests: -test.run selects none here.
+func TestChildCommandWithoutTheVariable(t *testing.T) {
+	// Without TestMain's variable the test binary runs its tests: -test.run selects none here.
 	p := embeddedtest.Start(t, "tests", embeddedtest.ChildCommand("JETBUS_UNUSED", "1", "-test.run=^$"))
 	require.True(t, p.Wait(30*time.Second))
 	assert.Equal(t, 0, p.ExitCode())

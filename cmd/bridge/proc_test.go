@@ -26,10 +26,7 @@ import (
 // mainEnv makes the test binary, re-executed, run main: the bridge as a process.
 const mainEnv = "JETBUS_BRIDGE_MAIN"
 
-func TestMain(m *testing.M) {
-	embeddedtest.RunChild(mainEnv, main)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { embeddedtest.TestMain(m, mainEnv, main) }
 
 // TestRunChangefeedProcess: `bridge run` as a process with a changefeed declared publishes a
 // MongoDB insert into the feed's topic, and on SIGTERM stops the feed, saves its position

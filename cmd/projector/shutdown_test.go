@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,10 +18,7 @@ import (
 // mainEnv makes the test binary, re-executed, run main: the projector as a process.
 const mainEnv = "JETBUS_PROJECTOR_MAIN"
 
-func TestMain(m *testing.M) {
-	embeddedtest.RunChild(mainEnv, main)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { embeddedtest.TestMain(m, mainEnv, main) }
 
 // startProjector starts `projector args…` as a process.
 func startProjector(t *testing.T, args ...string) *embeddedtest.Process {
