@@ -73,6 +73,10 @@ const (
 
 // Defaults and limits of Config.
 const (
+	DefaultFormat        = FormatDocument
+	DefaultFullDocument  = FullDocumentUpdateLookup
+	DefaultStart         = StartLatest
+	DefaultHistoryPolicy = HistoryFail
 	DefaultHeartbeat     = 10 * time.Second
 	DefaultMaxInFlight   = 1000
 	DefaultSaveInterval  = 200 * time.Millisecond
@@ -222,16 +226,16 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if c.Format == "" {
-		c.Format = FormatDocument
+		c.Format = DefaultFormat
 	}
 	if c.FullDocument == "" {
-		c.FullDocument = FullDocumentUpdateLookup
+		c.FullDocument = DefaultFullDocument
 	}
 	if c.Start == "" {
-		c.Start = StartLatest
+		c.Start = DefaultStart
 	}
 	if c.OnHistoryLost == "" {
-		c.OnHistoryLost = HistoryFail
+		c.OnHistoryLost = DefaultHistoryPolicy
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat

@@ -25,6 +25,7 @@ const (
 // Defaults of OutboxConfig.
 const (
 	DefaultRetention = 24 * time.Hour
+	DefaultAfter     = OutboxDelete
 	// settleBatch is how many published documents a drainer deletes (or marks) at once.
 	settleBatch = 256
 )
@@ -76,7 +77,7 @@ func (c OutboxConfig) withDefaults() (OutboxConfig, error) {
 		return c, err
 	}
 	if c.After == "" {
-		c.After = OutboxDelete
+		c.After = DefaultAfter
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +21,7 @@ import (
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/internal/config"
-	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/internal/wiring"
 )
 
 // natsNodes are the compose setup's NATS servers, each with its configuration file.
@@ -122,12 +121,14 @@ func TestNATSClusterTakesR3Topics(t *testing.T) {
 
 	cfg, err := config.Load(config.Options{File: deployConfig})
 	require.NoError(t, err)
-	bus := embeddedtest.Bus(t, strings.Join(urls, ","))
+	cfg.NATS.URLs = urls
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	require.NoError(t, process.EnsureTopics(ctx, bus, cfg.Topics, embeddedtest.Logger(t)))
-	_, err = dlq.Open(ctx, bus.JetStream(), process.DLQConfig(cfg.DLQ))
+	tool, err := wiring.Open(ctx, cfg, "deploy test", wiring.Needs{DLQ: true}, embeddedtest.Logger(t))
 	require.NoError(t, err)
+	defer tool.Close()
+	require.NoError(t, tool.EnsureTopics(ctx))
+	bus := tool.Bus
 
 	streams := []string{dlq.StreamName}
 	for _, tc := range cfg.Topics {

@@ -63,6 +63,13 @@ const (
 	ReasonChangefeed = "changefeed"
 )
 
+// Defaults of Config, and of the sweeper's interval (RunSweeper).
+const (
+	DefaultReplicas        = 1
+	DefaultDuplicateWindow = 24 * time.Hour
+	DefaultSweepInterval   = time.Second
+)
+
 // Config configures a Queue. The zero value of every field is a usable default.
 type Config struct {
 	// Replicas of the DLQ, advisory stream and parking bucket (0: 1; at most 5).
@@ -106,10 +113,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if c.Replicas == 0 {
-		c.Replicas = 1
+		c.Replicas = DefaultReplicas
 	}
 	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = 24 * time.Hour
+		c.DuplicateWindow = DefaultDuplicateWindow
 	}
 	if c.MaxAge > 0 && c.DuplicateWindow > c.MaxAge {
 		c.DuplicateWindow = c.MaxAge

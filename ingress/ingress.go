@@ -118,7 +118,7 @@ func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Opt
 	if err != nil {
 		return nil, err
 	}
-	log := o.logger.With("component", "ingress")
+	log := o.logger.With("component", "ingress/in")
 	g := &Ingress{
 		conn: conn, pub: pub, dl: dl, cfg: cfg, log: log, m: m,
 		topics:  make(map[string]*topicMetrics, len(cfg.Allow)),
@@ -136,7 +136,7 @@ func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Opt
 }
 
 // Name implements the process component.
-func (g *Ingress) Name() string { return "ingress" }
+func (g *Ingress) Name() string { return "ingress/in" }
 
 // Ready reports nil while the service is subscribed and serving.
 func (g *Ingress) Ready(context.Context) error {

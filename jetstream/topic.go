@@ -71,19 +71,26 @@ func (c TopicConfig) Validate() error {
 	return nil
 }
 
+// Defaults of TopicConfig.
+const (
+	DefaultPartitions      = 1
+	DefaultReplicas        = 1
+	DefaultDuplicateWindow = 2 * time.Minute
+)
+
 // withDefaults returns c validated with its defaults filled in.
 func (c TopicConfig) withDefaults() (TopicConfig, error) {
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
 	if c.Partitions == 0 {
-		c.Partitions = 1
+		c.Partitions = DefaultPartitions
 	}
 	if c.Replicas == 0 {
-		c.Replicas = 1
+		c.Replicas = DefaultReplicas
 	}
 	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = 2 * time.Minute
+		c.DuplicateWindow = DefaultDuplicateWindow
 	}
 	return c, nil
 }

@@ -77,8 +77,8 @@ func NewChangelog(cfg Config, bus Bus, client *mongo.Client, dl DeadLetters, opt
 	return c, nil
 }
 
-// Name is the component's name: "projection-<name>".
-func (c *Changelog) Name() string { return "projection-" + c.cfg.Name }
+// Name is the component's name: "projection/<name>".
+func (c *Changelog) Name() string { return "projection/" + c.cfg.Name }
 
 // Ready reports whether the projection consumes its topic.
 func (c *Changelog) Ready(context.Context) error {

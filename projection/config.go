@@ -35,6 +35,8 @@ const (
 
 // Defaults and limits of Config.
 const (
+	DefaultMode         = Replace
+	DefaultTombstones   = DeleteTombstones
 	DefaultBatchSize    = 100
 	MaxBatchSize        = 10000
 	DefaultLinger       = 5 * time.Millisecond
@@ -239,10 +241,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if c.Mode == "" {
-		c.Mode = Replace
+		c.Mode = DefaultMode
 	}
 	if c.Tombstones == "" {
-		c.Tombstones = DeleteTombstones
+		c.Tombstones = DefaultTombstones
 	}
 	if c.DeletedRetention == 0 {
 		c.DeletedRetention = DefaultDeletedRetention

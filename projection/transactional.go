@@ -81,8 +81,8 @@ func NewTransactional(cfg Config, bus Bus, client *mongo.Client, dl DeadLetters,
 		owners: db.Collection(OwnersCollection), dl: dl, set: set, m: m, h: h}, nil
 }
 
-// Name is the component's name: "projection-<name>".
-func (t *Transactional) Name() string { return "projection-" + t.cfg.Name }
+// Name is the component's name: "projection/<name>".
+func (t *Transactional) Name() string { return "projection/" + t.cfg.Name }
 
 // Ready reports whether the projection consumes its topic.
 func (t *Transactional) Ready(context.Context) error {

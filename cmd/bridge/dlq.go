@@ -8,17 +8,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/internal/cli"
-	"github.com/jetbus/jetbus/internal/config"
-	"github.com/jetbus/jetbus/internal/process"
-	"github.com/jetbus/jetbus/jetstream"
-	"github.com/jetbus/jetbus/schema"
+	"github.com/jetbus/jetbus/internal/wiring"
 )
 
 // reasons a dead letter can have: the Bus middleware's, and those of projections, ingress and changefeeds.
@@ -33,9 +27,8 @@ type dlqCmd struct {
 	since, until      cli.Time
 	limit             *int
 	timeout           *time.Duration
-	cfg               *config.Config
-	nc                *nats.Conn
-	bus               *jetstream.Bus
+	noValidate        *bool // replay's --no-validate
+	tool              *wiring.Tool
 	q                 *dlq.Queue
 }
 
@@ -69,38 +62,25 @@ func (d *dlqCmd) filter() (dlq.Filter, error) {
 	return dlq.Filter{Topic: *d.topic, Group: *d.group, Reason: d.reason.Value, Key: *d.key, Since: d.since.T, Until: d.until.T}, nil
 }
 
-// open loads the configuration and opens the Queue with its settings (so a tool does not
-// reset the DLQ stream's retention or replicas).
-func (d *dlqCmd) open(ctx context.Context) error {
+// open loads the configuration and opens the Queue as the processes configured it (a tool
+// does not reset the DLQ stream's retention or replicas); validate also opens the schema
+// registry, so that replays are validated.
+func (d *dlqCmd) open(ctx context.Context, validate bool) (err error) {
 	cfg, err := d.conn.Load()
 	if err != nil {
 		return err
 	}
-	d.cfg = cfg
-	nc, err := process.ConnectNATS(cfg.NATS, "jetbus bridge dlq", false)
+	d.tool, err = wiring.Open(ctx, cfg, "bridge dlq", wiring.Needs{DLQ: true, Validated: validate}, nil)
 	if err != nil {
 		return err
 	}
-	d.nc = nc
-	if d.bus, err = jetstream.Open(ctx, nc); err != nil {
-		return err
-	}
-	// A tool reads and replays: the DLQ's settings are bridge run's to apply.
-	dc := process.DLQConfig(cfg.DLQ)
-	dc.Attach = true
-	d.q, err = dlq.Open(ctx, d.bus.JetStream(), dc)
-	return err
+	d.q = d.tool.DLQ
+	return nil
 }
 
 func (d *dlqCmd) close() {
-	if d.q != nil {
-		_ = d.q.Close()
-	}
-	if d.bus != nil {
-		_ = d.bus.Close()
-	}
-	if d.nc != nil {
-		d.nc.Close()
+	if d.tool != nil {
+		_ = d.tool.Close()
 	}
 }
 
@@ -118,7 +98,7 @@ func (d *dlqCmd) runE(fn func(ctx context.Context, cmd *cobra.Command, f dlq.Fil
 			defer cancel()
 		}
 		defer d.close()
-		if err := d.open(ctx); err != nil {
+		if err := d.open(ctx, d.noValidate != nil && !*d.noValidate); err != nil {
 			return err
 		}
 		return fn(ctx, cmd, f, args)
@@ -184,22 +164,9 @@ func dlqCommand() *cobra.Command {
 	replay := &cobra.Command{Use: "replay", Short: "Republish dead letters to their topics (validated, partitioned by key) and remove them"}
 	rd := newDLQCmd(replay, true, true, true)
 	dryRun := replay.Flags().Bool("dry-run", false, "list what would be replayed, change nothing")
-	noValidate := replay.Flags().Bool("no-validate", false, "skip schema validation")
+	rd.noValidate = replay.Flags().Bool("no-validate", false, "skip schema validation")
 	replay.RunE = rd.runE(func(ctx context.Context, cmd *cobra.Command, f dlq.Filter, _ []string) error {
-		pub := jetbus.Bus(rd.bus)
-		if !*noValidate {
-			reg, err := schema.Open(ctx, rd.bus.JetStream())
-			if err != nil {
-				return err
-			}
-			defer reg.Close()
-			vbus, err := jetstream.Open(ctx, rd.nc, jetstream.WithPublishMiddleware(reg.PublishMiddleware()))
-			if err != nil {
-				return err
-			}
-			defer vbus.Close()
-			pub = vbus
-		}
+		pub := rd.tool.Publisher
 		var bar *cli.Progress
 		rep, err := rd.q.Replay(ctx, pub, dlq.ReplayOptions{Filter: f, Limit: *rd.limit, DryRun: *dryRun,
 			Progress: func(p dlq.ReplayProgress) {
@@ -251,7 +218,7 @@ func dlqCommand() *cobra.Command {
 
 	sweep := &cobra.Command{Use: "sweep", Short: "Move deliveries the server gave up on into the DLQ, until stopped (bridge run does this too)"}
 	wd := newDLQCmd(sweep, false, false, false)
-	every := sweep.Flags().Duration("every", time.Second, "how often to look")
+	every := sweep.Flags().Duration("every", dlq.DefaultSweepInterval, "how often to look")
 	sweep.RunE = wd.runE(func(ctx context.Context, _ *cobra.Command, _ dlq.Filter, _ []string) error {
 		err := wd.q.RunSweeper(ctx, *every)
 		if ctx.Err() != nil {
@@ -263,6 +230,3 @@ func dlqCommand() *cobra.Command {
 	cmd.AddCommand(list, count, show, replay, discard, sweep)
 	return cmd
 }
-
-// jetstreamOf returns the JetStream context of nc.
-func jetstreamOf(nc *nats.Conn) (natsjs.JetStream, error) { return natsjs.New(nc) }

@@ -10,8 +10,8 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "bridge",
 		Short: "jetbus's companion process (ingress, changefeeds, outbox, DLQ sweeper) and operator tools",
-		Long: "bridge runs beside NATS: `bridge run` pushes the schemas, ensures the configured topics and runs the DLQ\n" +
-			"sweeper (ingress, changefeeds and outbox drainers as they are built); the other commands inspect and repair.",
+		Long: "bridge runs beside NATS: `bridge run` pushes the schemas, ensures the configured topics and runs ingress,\n" +
+			"the changefeeds, the outbox drainers and the DLQ sweeper; the other commands inspect and repair.",
 		Version: cli.Version(),
 	}
 	root.AddCommand(

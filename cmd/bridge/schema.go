@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jetbus/jetbus/internal/cli"
-	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/internal/wiring"
 	"github.com/jetbus/jetbus/schema"
 )
 
@@ -59,21 +59,12 @@ func schemaCommand() *cobra.Command {
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
 		defer cancel()
-		nc, err := process.ConnectNATS(cfg.NATS, "jetbus bridge schema push", false)
+		t, err := wiring.Open(ctx, cfg, "bridge schema push", wiring.Needs{Schemas: true, SchemaBucket: *bucket}, nil)
 		if err != nil {
 			return err
 		}
-		defer nc.Close()
-		js, err := jetstreamOf(nc)
-		if err != nil {
-			return err
-		}
-		reg, err := schema.Open(ctx, js, schema.WithBucket(*bucket))
-		if err != nil {
-			return err
-		}
-		defer reg.Close()
-		pushed, err := schema.PushDir(ctx, reg, dir)
+		defer t.Close()
+		pushed, err := schema.PushDir(ctx, t.Schemas, dir)
 		for _, p := range pushed {
 			what := "unchanged"
 			if p.Created {

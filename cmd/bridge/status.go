@@ -8,10 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jetbus/jetbus/internal/cli"
-	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/ops"
-	"github.com/jetbus/jetbus/internal/process"
-	"github.com/jetbus/jetbus/jetstream"
+	"github.com/jetbus/jetbus/internal/wiring"
 )
 
 func statusCommand() *cobra.Command {
@@ -32,12 +30,12 @@ func statusCommand() *cobra.Command {
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
 		defer cancel()
-		bus, closeBus, err := openBus(ctx, cfg, "status")
+		t, err := wiring.Open(ctx, cfg, "bridge status", wiring.Needs{}, nil)
 		if err != nil {
 			return err
 		}
-		defer closeBus()
-		st, err := ops.Collect(ctx, statusSource(cfg, bus))
+		defer t.Close()
+		st, err := t.Status(ctx)
 		if err != nil {
 			return err
 		}
@@ -49,30 +47,4 @@ func statusCommand() *cobra.Command {
 		return ops.WriteTable(cmd.OutOrStdout(), st)
 	}
 	return cmd
-}
-
-// statusSource is what a status reads: the declared topics, and the projections' groups.
-func statusSource(cfg *config.Config, bus *jetstream.Bus) ops.Source {
-	src := ops.Source{JS: bus.JetStream(), Bus: bus}
-	for _, t := range cfg.Topics {
-		src.Topics = append(src.Topics, t.Name)
-	}
-	for _, p := range cfg.Projections {
-		src.Groups = append(src.Groups, ops.GroupRef{Topic: p.Topic, Group: p.Name})
-	}
-	return src
-}
-
-// openBus connects a tool to NATS (failing at once when no server answers) and opens a Bus.
-func openBus(ctx context.Context, cfg *config.Config, what string, opts ...jetstream.Option) (*jetstream.Bus, func(), error) {
-	nc, err := process.ConnectNATS(cfg.NATS, "jetbus bridge "+what, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	bus, err := jetstream.Open(ctx, nc, opts...)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return bus, func() { _ = bus.Close(); nc.Close() }, nil
 }

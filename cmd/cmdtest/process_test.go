@@ -169,9 +169,9 @@ func TestProcesses(t *testing.T) {
 		c.Detail = nil
 		comps[c.Name] = c
 	}
-	assert.Equal(t, ops.ComponentStatus{Name: "dlq-sweeper", State: "running", Ready: true}, comps["dlq-sweeper"])
+	assert.Equal(t, ops.ComponentStatus{Name: "dlq/sweeper", State: "running", Ready: true}, comps["dlq/sweeper"])
 	assert.True(t, comps["changefeed/customers-cdc"].Ready, "the example's changefeed runs: %+v", comps)
-	assert.Equal(t, ops.ComponentStatus{Name: "ingress", State: "running", Ready: true}, comps["ingress"], "the example opens orders to ingress")
+	assert.Equal(t, ops.ComponentStatus{Name: "ingress/in", State: "running", Ready: true}, comps["ingress/in"], "the example opens orders to ingress")
 	require.Len(t, st.Groups, 1)
 	assert.Equal(t, "orders-view", st.Groups[0].Group, "the declared projection's group")
 	assert.True(t, st.DLQ.Exists)

@@ -102,7 +102,7 @@ func TestRunProjects(t *testing.T) {
 		return strings.Contains(get("http://"+d.addr+"/metrics"), `projection_events_total{outcome="written",projection="orders-view"}`)
 	}, 10*time.Second, 20*time.Millisecond)
 	status := get("http://" + d.addr + "/v1/ops/status")
-	assert.Contains(t, status, `"projection-orders-view"`)
+	assert.Contains(t, status, `"projection/orders-view"`)
 	assert.Contains(t, status, `"owned"`)
 	cancel()
 	select {

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/jetbus/jetbus/internal/cli"
 	"github.com/jetbus/jetbus/internal/config"
-	"github.com/jetbus/jetbus/internal/ops"
-	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/internal/wiring"
 	"github.com/jetbus/jetbus/projection"
 )
 
@@ -25,34 +28,11 @@ func newRoot() *cobra.Command {
 			"Run the projector: ensure the configured topics, run the projections as partitioned replicas and serve\n"+
 				"the snapshot API, with /healthz, /readyz, /metrics and /v1/ops/status on http.addr. The first SIGTERM or\n"+
 				"SIGINT drains, releases the partition leases and exits 0 within shutdown.timeout; a second exits at once.",
-			projectorSpec),
+			wiring.Projector),
 		rebuildCommand(),
 		cli.ConfigCommand(),
 	)
 	return root
-}
-
-// projectorSpec wires the projector's setup and components.
-func projectorSpec(cfg *config.Config) (process.Spec, error) {
-	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0}
-	for _, p := range cfg.Projections {
-		spec.Groups = append(spec.Groups, ops.GroupRef{Topic: p.Topic, Group: p.Name})
-	}
-	spec.Setup = func(ctx context.Context, env *process.Env) ([]process.Component, error) {
-		if err := process.EnsureTopics(ctx, env.Bus, cfg.Topics, env.Logger); err != nil {
-			return nil, err
-		}
-		comps, err := projectionComponents(ctx, env, cfg)
-		if err != nil {
-			return nil, err
-		}
-		api, err := apiComponents(ctx, env, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return append(comps, api...), nil
-	}
-	return spec, nil
 }
 
 func rebuildCommand() *cobra.Command {
@@ -78,7 +58,7 @@ func rebuildCommand() *cobra.Command {
 		var names []string
 		for _, p := range cfg.Projections {
 			if p.Name == args[0] {
-				return rebuild(cmd, cfg, p, projection.RebuildOptions{Handover: *handover, Grace: *grace, KeepPrevious: *keep}, *timeout)
+				return rebuild(cmd, cfg, p.Name, projection.RebuildOptions{Handover: *handover, Grace: *grace, KeepPrevious: *keep}, *timeout)
 			}
 			names = append(names, p.Name)
 		}
@@ -89,4 +69,56 @@ func rebuildCommand() *cobra.Command {
 		return cli.Usagef("unknown projection %q (declared: %s)", args[0], declared)
 	}
 	return cmd
+}
+
+// rebuild runs `projector rebuild NAME`: it connects, rebuilds the projection into its next
+// generation with a progress bar on stderr (lines when not a terminal), and prints where the
+// view lives now.
+func rebuild(cmd *cobra.Command, cfg *config.Config, name string, ro projection.RebuildOptions, timeout time.Duration) error {
+	ctx := cmd.Context()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	// The log and the progress lines share stderr from several goroutines.
+	errw := cmd.ErrOrStderr()
+	if _, ok := errw.(*os.File); !ok {
+		errw = &lockedWriter{w: errw}
+	}
+	log := cli.NewLogger(errw, cfg.Log.Level)
+	t, err := wiring.Open(ctx, cfg, "projector rebuild", wiring.Needs{Schemas: true, DLQ: true, Mongo: true}, log)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	var bar *cli.Progress
+	ro.Progress = func(pr projection.RebuildProgress) {
+		if bar == nil {
+			bar = cli.NewProgress(errw, "rebuild "+name, int(max(pr.Total, 1)))
+		}
+		bar.SetTotal(int(max(pr.Total, 1)))
+		bar.Set(int(pr.Done), 0)
+	}
+	live, err := t.Rebuild(ctx, name, ro)
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "rebuilt %s: generation %d, collection %s, group %s\n", name, live.Generation, live.Collection, live.Group)
+	return nil
+}
+
+// lockedWriter serializes writes to a writer that is not safe for concurrent use.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -3,9 +3,9 @@
 // a bounded graceful shutdown, connections to NATS and MongoDB from the configuration, and Run,
 // which ties them to the operations server (package ops).
 //
-// It does not own the components themselves (the DLQ sweeper today; ingress, changefeeds,
-// outbox drainers, projections and the snapshot API in their own packages), nor the command
-// line (package cli) or the configuration (package config).
+// It does not own the components themselves, nor what they share: package wiring, the
+// composition root, turns the configuration into a Spec (Bridge, Projector) and connects the
+// one-shot tools. Nor the command line (package cli) or the configuration (package config).
 //
 // # Lifecycle of a process
 //
@@ -13,8 +13,9 @@
 //     process is not ready yet.
 //  2. Connect: NATS (retrying while the servers are unreachable), the JetStream Bus with the
 //     process's metrics registry, and MongoDB when a component needs it.
-//  3. Setup (the process's own, e.g. push schemas and ensure topics) runs once, retried
-//     while NATS is unavailable; its error ends the process. It returns the components.
+//  3. Setup (the process's own, from package wiring: push schemas, ensure topics, open what
+//     the components share) runs once, retried while NATS is unavailable; its error ends
+//     the process. It returns the components.
 //  4. The Runner starts every component; /readyz turns true when setup is done and every
 //     component that can tell says it is ready.
 //  5. The first SIGTERM or SIGINT: /readyz turns false, every component's context is

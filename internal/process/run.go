@@ -33,9 +33,15 @@ type Spec struct {
 	Logger *slog.Logger
 	// NeedsMongo connects to MongoDB and makes its reachability a readiness check.
 	NeedsMongo bool
+	// Topics are the declared topics: their metric series exist from the start and
+	// /v1/ops/status lists them.
+	Topics []string
 	// Groups are the consumer groups the process runs: their metric series exist from the
 	// start and /v1/ops/status lists them before their first member joins.
 	Groups []ops.GroupRef
+	// Listed are more groups /v1/ops/status lists (the declared projections', in both
+	// processes, as `bridge status` does).
+	Listed []ops.GroupRef
 	// Setup runs once connected (ensure topics, push schemas, open queues) and returns the
 	// components to run. It is called again while it fails with a transient error (NATS or
 	// MongoDB unavailable), so it must be idempotent; another error ends the process.
@@ -94,14 +100,10 @@ func Run(ctx context.Context, spec Spec) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var topics []string
-	for _, t := range cfg.Topics {
-		topics = append(topics, t.Name)
-	}
-	// Status lists the declared projections' groups in both processes, as `bridge status`.
+	topics := spec.Topics
 	groups := append([]ops.GroupRef(nil), spec.Groups...)
-	for _, p := range cfg.Projections {
-		if g := (ops.GroupRef{Topic: p.Topic, Group: p.Name}); !slices.Contains(groups, g) {
+	for _, g := range spec.Listed {
+		if !slices.Contains(groups, g) {
 			groups = append(groups, g)
 		}
 	}
@@ -190,22 +192,18 @@ func Run(ctx context.Context, spec Spec) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      cfg.HTTP.RequestTimeout + 5*time.Second,
 	}
+	// The HTTP server goes last, so /readyz says "shutting down" while components drain.
+	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- Serve(serving, srv, ln, 2*time.Second) }()
 	log.Info("ops server listening", "addr", ln.Addr().String())
 	if spec.Listening != nil {
 		spec.Listening(ln.Addr().String())
 	}
-
 	runErr := run(ctx, spec, env, log, &phase, &connected, &runner)
-
-	// The HTTP server goes last, so /readyz says "shutting down" while components drain.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	stopServing()
+	if err := <-served; err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("ops server: %w", err))
 	}
 	return runErr

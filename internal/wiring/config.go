@@ -1,0 +1,188 @@
+package wiring
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/jetbus/jetbus/changefeed"
+	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/ingress"
+	"github.com/jetbus/jetbus/internal/config"
+	"github.com/jetbus/jetbus/internal/ops"
+	"github.com/jetbus/jetbus/jetstream"
+	"github.com/jetbus/jetbus/projection"
+	"github.com/jetbus/jetbus/snapshotapi"
+)
+
+// This file maps each section of the configuration to the Config of the package that runs
+// it: the only place where a YAML key becomes a package's field. A zero in the YAML section
+// stays zero where the package fills in its own default (the defaults test proves that the
+// config layer's defaults and the packages' Default* constants agree).
+
+// database is the rule "a component's database defaults to mongo.database".
+func database(cfg *config.Config, db string) string {
+	if db == "" {
+		return cfg.Mongo.Database
+	}
+	return db
+}
+
+// topicConfig maps a declared topic to the Bus's TopicConfig.
+func topicConfig(t config.Topic) jetstream.TopicConfig {
+	storage := natsjs.FileStorage
+	if t.Storage == "memory" {
+		storage = natsjs.MemoryStorage
+	}
+	return jetstream.TopicConfig{
+		Name: t.Name, Partitions: t.Partitions, Replicas: t.Replicas, MaxAge: t.MaxAge,
+		MaxBytes: int64(t.MaxBytes), Storage: storage, DuplicateWindow: t.DuplicateWindow,
+		Keyed: t.Keyed, KeepPerKey: t.KeepPerKey,
+	}
+}
+
+// dlqConfig maps the dlq section to the Queue's Config. attach is set by the tools: the
+// DLQ's settings are the processes' to apply (dlq.Config.Attach).
+func dlqConfig(c config.DLQ, attach bool) dlq.Config {
+	return dlq.Config{Replicas: c.Replicas, MaxAge: c.MaxAge, Parking: c.Parking, Attach: attach}
+}
+
+// changefeedConfig maps a declared changefeed. A deployment feed watches every database, so
+// it gets no default one.
+func changefeedConfig(cfg *config.Config, f config.Changefeed) changefeed.Config {
+	db := f.Database
+	if !f.Deployment {
+		db = database(cfg, db)
+	}
+	pipeline := make(mongo.Pipeline, 0, len(f.Pipeline))
+	for _, st := range f.Pipeline {
+		// One key per stage (config check); keys sorted only to be deterministic.
+		keys := make([]string, 0, len(st))
+		for k := range st {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		d := bson.D{}
+		for _, k := range keys {
+			d = append(d, bson.E{Key: k, Value: st[k]})
+		}
+		pipeline = append(pipeline, d)
+	}
+	return changefeed.Config{
+		Name: f.Name, Database: db, Collection: f.Collection, Pipeline: pipeline, Topic: f.Topic,
+		Format: changefeed.Format(f.Format), FullDocument: changefeed.FullDocument(f.FullDocument),
+		Start: changefeed.Start(f.Start), StartAt: f.StartAt, OnHistoryLost: changefeed.HistoryPolicy(f.OnHistoryLost),
+		Heartbeat: f.Heartbeat, MaxInFlight: f.MaxInFlight,
+	}
+}
+
+// outboxConfig maps a declared outbox.
+func outboxConfig(cfg *config.Config, o config.Outbox) changefeed.OutboxConfig {
+	return changefeed.OutboxConfig{Name: o.Name, Database: database(cfg, o.Database), Collection: o.Collection,
+		After: o.After, Retention: o.Retention}
+}
+
+// ingressConfig maps the ingress section. Ingress drains in half the shutdown time, leaving
+// the rest to the components that stop after it.
+func ingressConfig(cfg *config.Config) ingress.Config {
+	ic := cfg.Ingress
+	return ingress.Config{
+		Allow:          ic.Allow,
+		MaxMessageSize: int(ic.MaxMessageSize),
+		MaxInFlight:    ic.MaxInFlight,
+		PendingMsgs:    ic.MaxPending,
+		PendingBytes:   int(min(ic.MaxPendingSize, 1<<31-1)),
+		AckTimeout:     ic.AckTimeout,
+		DrainTimeout:   max(cfg.Shutdown.Timeout/2, time.Millisecond),
+		ReplyPrefixes:  ic.ReplyPrefixes,
+	}
+}
+
+// projectionConfig maps a declared projection; its partition buckets get the topic's replicas.
+func projectionConfig(cfg *config.Config, p config.Projection) projection.Config {
+	pc := projection.Config{
+		Name: p.Name, Topic: p.Topic, Database: database(cfg, p.Database), Collection: p.Collection,
+		Mode: projection.Mode(p.Mode), Version: p.Version, Tombstones: projection.Tombstones(p.Tombstones),
+		History: p.History, BatchSize: p.BatchSize, Linger: p.Linger, DeletedRetention: p.DeletedRetention,
+	}
+	for _, ix := range p.Indexes {
+		pc.Indexes = append(pc.Indexes, projection.Index{Fields: ix.Fields, Unique: ix.Unique, Name: ix.Name})
+	}
+	if t, ok := topic(cfg, p.Topic); ok {
+		pc.Replicas = t.Replicas
+	}
+	return pc
+}
+
+// topic returns the declared topic named name.
+func topic(cfg *config.Config, name string) (config.Topic, bool) {
+	i := slices.IndexFunc(cfg.Topics, func(t config.Topic) bool { return t.Name == name })
+	if i < 0 {
+		return config.Topic{}, false
+	}
+	return cfg.Topics[i], true
+}
+
+// kvReplicas is the replication of the snapshot API's cursor-key bucket: that of the most
+// replicated topic.
+func kvReplicas(cfg *config.Config) int {
+	n := 1
+	for _, t := range cfg.Topics {
+		n = max(n, t.Replicas)
+	}
+	return n
+}
+
+// apiConfig maps the http, views and auth sections to the snapshot API's Config.
+func apiConfig(cfg *config.Config, key []byte) (snapshotapi.Config, error) {
+	ac := snapshotapi.Config{Database: cfg.Mongo.Database, CursorKey: key, Topics: cfg.HTTP.Topics,
+		CORSOrigins: cfg.HTTP.CORSOrigins, RequestTimeout: cfg.HTTP.RequestTimeout}
+	for _, v := range cfg.Views {
+		i := slices.IndexFunc(cfg.Projections, func(p config.Projection) bool { return p.Name == v.Projection })
+		if i < 0 {
+			return ac, fmt.Errorf("views: %s: projection %q is not declared", v.Name, v.Projection)
+		}
+		p := cfg.Projections[i]
+		filters := map[string]snapshotapi.FieldType{}
+		for f, t := range v.Filters {
+			filters[f] = snapshotapi.FieldType(t)
+		}
+		t, _ := topic(cfg, p.Topic)
+		ac.Views = append(ac.Views, snapshotapi.View{Name: v.Name, Projection: p.Name, Topic: p.Topic,
+			Partitions: t.Partitions, Database: database(cfg, p.Database), Collection: p.Collection, Filters: filters,
+			Sort: v.Sort, Fields: v.Fields, MaxLimit: v.MaxLimit, CacheControl: v.CacheControl, History: p.History})
+	}
+	for _, t := range cfg.Auth.Tokens {
+		ac.Tokens = append(ac.Tokens, snapshotapi.Token{Name: t.Name, Token: t.Token, Views: t.Views})
+	}
+	j := cfg.Auth.JWT
+	ac.JWT = snapshotapi.JWT{HS256Secret: []byte(j.HS256Secret), Issuer: j.Issuer, Audience: j.Audience, ScopeClaim: j.ScopeClaim}
+	if j.RS256PublicKey != "" {
+		pem, err := os.ReadFile(j.RS256PublicKey)
+		if err != nil {
+			return ac, fmt.Errorf("auth.jwt.rs256_public_key: %w", err)
+		}
+		if ac.JWT.RS256PublicKey, err = jwt.ParseRSAPublicKeyFromPEM(pem); err != nil {
+			return ac, fmt.Errorf("auth.jwt.rs256_public_key: %s: %w", j.RS256PublicKey, err)
+		}
+	}
+	return ac, ac.Validate()
+}
+
+// statusSource is what a status reads: the declared topics and the projections' groups, the
+// same in both processes and in `bridge status`.
+func statusSource(cfg *config.Config) (topics []string, groups []ops.GroupRef) {
+	for _, t := range cfg.Topics {
+		topics = append(topics, t.Name)
+	}
+	for _, p := range cfg.Projections {
+		groups = append(groups, ops.GroupRef{Topic: p.Topic, Group: p.Name})
+	}
+	return topics, groups
+}

@@ -1,0 +1,137 @@
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/internal/config"
+	"github.com/jetbus/jetbus/internal/ops"
+	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/jetstream"
+	"github.com/jetbus/jetbus/projection"
+	"github.com/jetbus/jetbus/schema"
+)
+
+// Needs says what a one-shot tool opens beside the NATS connection and the Bus.
+type Needs struct {
+	// Schemas opens the schema registry; SchemaBucket names its KV bucket (default
+	// schema.DefaultBucket).
+	Schemas      bool
+	SchemaBucket string
+	// Validated opens a second Bus whose publishes are validated against the registry
+	// (implies Schemas): what a tool republishes goes through it.
+	Validated bool
+	// DLQ opens the DLQ queue, attached: a tool uses the DLQ as the processes configured it
+	// and creates only what is missing (dlq.Config.Attach).
+	DLQ bool
+	// Mongo connects to MongoDB (mongo.uri).
+	Mongo bool
+}
+
+// Tool is what a one-shot command (`bridge status`, `bridge dlq …`, `bridge schema push`,
+// `projector rebuild`) works with. Fields are nil unless Needs asked for them. Close closes
+// everything Open opened.
+type Tool struct {
+	Config *config.Config
+	Logger *slog.Logger
+	Conn   *nats.Conn
+	Bus    *jetstream.Bus
+	// Publisher publishes through the validating Bus when Needs.Validated, else the Bus.
+	Publisher jetbus.Bus
+	Schemas   *schema.Registry
+	DLQ       *dlq.Queue
+	Mongo     *mongo.Client
+
+	res resources
+}
+
+// Open connects a tool named name (as NATS's connz and MongoDB's app name show it) and opens
+// what needs asks for. It fails at once when no NATS server answers. On error nothing stays
+// open. log nil discards.
+func Open(ctx context.Context, cfg *config.Config, name string, needs Needs, log *slog.Logger) (_ *Tool, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Tool{Config: cfg, Logger: log}
+	defer t.res.closeOnError(&err)
+	nc, err := process.ConnectNATS(cfg.NATS, "jetbus "+name, false)
+	if err != nil {
+		return nil, err
+	}
+	t.res.add(func() error { nc.Close(); return nil })
+	t.Conn = nc
+	if t.Bus, err = jetstream.Open(ctx, nc, jetstream.WithLogger(log)); err != nil {
+		return nil, err
+	}
+	t.res.add(t.Bus.Close)
+	t.Publisher = t.Bus
+	if needs.Schemas || needs.Validated {
+		bucket := needs.SchemaBucket
+		if bucket == "" {
+			bucket = schema.DefaultBucket
+		}
+		if t.Schemas, err = schema.Open(ctx, t.Bus.JetStream(), schema.WithBucket(bucket), schema.WithLogger(log)); err != nil {
+			return nil, err
+		}
+		t.res.add(t.Schemas.Close)
+	}
+	if needs.Validated {
+		vbus, err := jetstream.Open(ctx, nc, jetstream.WithPublishMiddleware(t.Schemas.PublishMiddleware()), jetstream.WithLogger(log))
+		if err != nil {
+			return nil, err
+		}
+		t.res.add(vbus.Close)
+		t.Publisher = vbus
+	}
+	if needs.DLQ {
+		dc := dlqConfig(cfg.DLQ, true)
+		dc.Logger = log
+		if t.DLQ, err = dlq.Open(ctx, t.Bus.JetStream(), dc); err != nil {
+			return nil, err
+		}
+		t.res.add(t.DLQ.Close)
+	}
+	if needs.Mongo {
+		m, err := process.ConnectMongo(cfg.Mongo, "jetbus "+name)
+		if err != nil {
+			return nil, err
+		}
+		t.res.add(func() error { return m.Disconnect(context.WithoutCancel(ctx)) })
+		t.Mongo = m
+	}
+	return t, nil
+}
+
+// Close closes everything Open opened, last opened first.
+func (t *Tool) Close() error { return t.res.Close() }
+
+// EnsureTopics creates or updates every declared topic, as the processes do at start.
+func (t *Tool) EnsureTopics(ctx context.Context) error {
+	return ensureTopics(ctx, t.Bus, t.Config.Topics, t.Logger)
+}
+
+// Status collects what /v1/ops/status shows, from NATS: the declared topics and the
+// projections' groups.
+func (t *Tool) Status(ctx context.Context) (*ops.Status, error) {
+	topics, groups := statusSource(t.Config)
+	return ops.Collect(ctx, ops.Source{JS: t.Bus.JetStream(), Bus: t.Bus, Topics: topics, Groups: groups})
+}
+
+// Rebuild rebuilds the declared projection name into its next generation (see
+// projection.Rebuild); the tool needs Schemas, DLQ and Mongo. ErrUnknownProjection (with the
+// declared names) when none is declared with that name.
+func (t *Tool) Rebuild(ctx context.Context, name string, ro projection.RebuildOptions) (*projection.Live, error) {
+	for _, p := range t.Config.Projections {
+		if p.Name == name {
+			sh := &shared{env: &process.Env{Config: t.Config, Logger: t.Logger}, reg: t.Schemas}
+			return projection.Rebuild(ctx, projectionConfig(t.Config, p), t.Bus, t.Mongo, t.DLQ, ro, sh.projectionOptions()...)
+		}
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownProjection, name)
+}

@@ -1,0 +1,138 @@
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jetbus/jetbus/internal/config"
+	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/projection"
+	"github.com/jetbus/jetbus/snapshotapi"
+)
+
+// Projector returns the projector process for cfg: at start it ensures the declared topics;
+// it runs one changelog projection per declared projection, as a replica of its group, and
+// the snapshot API when views or http.topics are declared.
+//
+// Shared, each opened once: the NATS connection, the Bus and the MongoDB client
+// (process.Run's), one schema registry (the projections' upcaster and the API's
+// /openapi.json), one DLQ queue.
+func Projector(cfg *config.Config) (process.Spec, error) {
+	topics, listed := statusSource(cfg)
+	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0, Topics: topics, Groups: listed, Listed: listed}
+	spec.Setup = func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
+		res := &resources{}
+		defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind
+		if err := ensureTopics(ctx, env.Bus, cfg.Topics, env.Logger); err != nil {
+			return nil, err
+		}
+		serveAPI := len(cfg.Views) > 0 || len(cfg.HTTP.Topics) > 0
+		if len(cfg.Projections) == 0 && !serveAPI {
+			return nil, nil
+		}
+		sh, err := openShared(ctx, env, res, len(cfg.Projections) > 0)
+		if err != nil {
+			return nil, err
+		}
+		opts := sh.projectionOptions()
+		for _, p := range cfg.Projections {
+			c, err := projection.NewChangelog(projectionConfig(cfg, p), env.Bus, env.Mongo, sh.q, opts...)
+			if err != nil {
+				return nil, fmt.Errorf("projection %s: %w", p.Name, err)
+			}
+			comps = append(comps, c)
+		}
+		if serveAPI {
+			api, err := apiComponent(ctx, sh)
+			if err != nil {
+				return nil, err
+			}
+			comps = append(comps, api)
+		}
+		env.OnClose(res.closeWith)
+		return comps, nil
+	}
+	return spec, nil
+}
+
+// projectionOptions are what every projection of a process shares: the process's logger and
+// metrics, and the registry's upcaster, so projections see every event in its topic's latest
+// shape.
+func (sh *shared) projectionOptions() []projection.Option {
+	return []projection.Option{projection.WithLogger(sh.env.Logger), projection.WithRegisterer(sh.env.Metrics),
+		projection.WithMiddlewares(sh.reg.UpcastMiddleware())}
+}
+
+// apiComponent wires the snapshot API: the cursor key shared through NATS KV, the registry
+// for /openapi.json, the Bus for keys of topics. It is served on the operations address
+// (http.addr) beside /healthz and the other operations endpoints, or on a listener of its
+// own when http.api_addr is set.
+func apiComponent(ctx context.Context, sh *shared) (process.Component, error) {
+	cfg, env := sh.env.Config, sh.env
+	key, err := snapshotapi.LoadCursorKey(ctx, env.Bus.JetStream(), kvReplicas(cfg))
+	if err != nil {
+		return nil, err
+	}
+	ac, err := apiConfig(cfg, key)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := snapshotapi.New(ac, snapshotapi.Deps{Mongo: env.Mongo, Schemas: sh.reg, Keys: env.Bus},
+		snapshotapi.WithLogger(env.Logger.With("component", apiName)), snapshotapi.WithRegisterer(env.Metrics))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.HTTP.APIAddr == "" {
+		env.Handle(srv)
+	}
+	return &api{srv: srv, env: env, addr: cfg.HTTP.APIAddr, timeout: cfg.HTTP.RequestTimeout}, nil
+}
+
+// apiName is the snapshot API's component name.
+const apiName = "snapshotapi/http"
+
+// api serves the snapshot API on its own listener, when it has one, and keeps its cache live.
+type api struct {
+	srv     *snapshotapi.Server
+	env     *process.Env
+	addr    string
+	timeout time.Duration
+}
+
+func (c *api) Name() string { return apiName }
+
+// Ready reports the API's readiness (sort fields backed by indexes).
+func (c *api) Ready(ctx context.Context) error { return c.srv.Ready(ctx) }
+
+// Run keeps the API's cache live until ctx ends. With http.api_addr it also listens there
+// and serves until ctx ends, then lets requests in flight finish (at most the request
+// timeout); otherwise the operations server serves it.
+func (c *api) Run(ctx context.Context) error {
+	if c.addr == "" {
+		return c.srv.Run(ctx)
+	}
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return fmt.Errorf("http.api_addr: %w", err)
+	}
+	hs := &http.Server{Handler: c.srv, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: c.timeout + 5*time.Second,
+		MaxHeaderBytes: snapshotapi.DefaultMaxHeaderBytes * 2}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cached := make(chan error, 1)
+	go func() { cached <- c.srv.Run(cctx) }()
+	c.env.Logger.Info("snapshot API listening", "addr", ln.Addr().String())
+	if err := process.Serve(ctx, hs, ln, c.timeout); err != nil {
+		if ctx.Err() == nil {
+			cancel()
+			<-cached
+			return fmt.Errorf("snapshot API: %w", err)
+		}
+		c.env.Logger.Warn("snapshot API", "error", err)
+	}
+	cancel()
+	return <-cached
+}
