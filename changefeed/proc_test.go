@@ -35,7 +35,7 @@ type childSpec struct {
 }
 
 func TestMain(m *testing.M) {
-	embeddedtest.TestMain(m, childEnv, func() { os.Exit(runChild(os.Getenv(childEnv))) })
+	embeddedtest.TestMain(m, func() { os.Exit(runChild(os.Getenv(childEnv))) })
 }
 
 // runChild runs one feed or drainer as a process until SIGTERM (or SIGKILL).
@@ -103,7 +103,9 @@ func startChild(t *testing.T, spec childSpec) *child {
 	t.Helper()
 	b, err := json.Marshal(spec)
 	require.NoError(t, err)
-	return &child{Process: embeddedtest.Start(t, "child", embeddedtest.ChildCommand(childEnv, string(b))), t: t}
+	cmd := embeddedtest.ChildCommand()
+	cmd.Env = append(cmd.Env, childEnv+"="+string(b))
+	return &child{Process: embeddedtest.Start(t, "child", cmd), t: t}
 }
 
 // stop sends SIGTERM and waits for a clean exit.

@@ -13,27 +13,31 @@ import (
 	"time"
 )
 
-// TestMain is the TestMain of a test binary that is also the program under test: when the
-// environment variable env is set (ChildCommand sets it), it runs main instead of the tests and
-// exits 0 when main returns (main may exit with a status of its own); otherwise it runs the
-// tests. main reads the command line ChildCommand was given in os.Args[1:], and its own
-// settings from the environment, env's value among them.
+// MainEnv names the environment variable by which ChildCommand tells TestMain to run main.
+const MainEnv = "JETBUS_TEST_MAIN"
+
+// TestMain is the TestMain of a test binary that is also the program under test: started by
+// ChildCommand, it runs main instead of the tests and exits 0 when main returns (main may exit
+// with a status of its own); otherwise it runs the tests. main reads the command line
+// ChildCommand was given in os.Args[1:], and any settings of its own from the environment.
 //
-//	func TestMain(m *testing.M) { embeddedtest.TestMain(m, mainEnv, main) }
-func TestMain(m *testing.M, env string, main func()) {
-	if os.Getenv(env) != "" {
+//	func TestMain(m *testing.M) { embeddedtest.TestMain(m, main) }
+func TestMain(m *testing.M, main func()) {
+	if os.Getenv(MainEnv) != "" {
+		_ = os.Unsetenv(MainEnv) // main's own children are not main
 		main()
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
 
-// ChildCommand returns the command that runs this test binary again with env=value added to
-// the environment and args as its command line: main, through TestMain, or a test function
-// that args select (-test.run) and that reads env. Start runs it.
-func ChildCommand(env, value string, args ...string) *exec.Cmd {
+// ChildCommand returns the command that runs this test binary again with args as its command
+// line, for Start: main, through TestMain; in a test binary without it, the tests args select
+// (-test.run=^TestChild$), which find their settings in the environment the caller adds to
+// cmd.Env.
+func ChildCommand(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), env+"="+value)
+	cmd.Env = append(os.Environ(), MainEnv+"=1")
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package embeddedtest_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
@@ -16,12 +17,12 @@ import (
 	"github.com/jetbus/jetbus/embeddedtest"
 )
 
-// childEnv makes this test binary, re-executed, a child that writes a line to each stream and
-// exits with the status its value names on SIGTERM.
-const childEnv = "JETBUS_EMBEDDEDTEST_CHILD"
+// codeEnv is the status the child exits with on SIGTERM.
+const codeEnv = "JETBUS_EMBEDDEDTEST_CODE"
 
-func TestMain(m *testing.M) { embeddedtest.TestMain(m, childEnv, child) }
+func TestMain(m *testing.M) { embeddedtest.TestMain(m, child) }
 
+// child writes a line to each stream and exits on SIGTERM with the status codeEnv names.
 func child() {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
@@ -29,13 +30,14 @@ func child() {
 	fmt.Fprintln(os.Stderr, `{"msg":"ops server listening","addr":"127.0.0.1:1234"}`)
 	<-term
 	var code int
-	_, _ = fmt.Sscan(os.Getenv(childEnv), &code)
+	_, _ = fmt.Sscan(os.Getenv(codeEnv), &code)
 	os.Exit(code)
 }
 
 func TestProcessStopBySignal(t *testing.T) {
 	var stdout embeddedtest.SyncBuffer
-	cmd := embeddedtest.ChildCommand(childEnv, "3", "run", "--flag")
+	cmd := embeddedtest.ChildCommand("run", "--flag")
+	cmd.Env = append(cmd.Env, codeEnv+"=3")
 	cmd.Stdout = &stdout
 	p := embeddedtest.Start(t, "child", cmd)
 	var addr string
@@ -65,7 +67,7 @@ func TestProcessStopBySignal(t *testing.T) {
 }
 
 func TestProcessKill(t *testing.T) {
-	p := embeddedtest.Start(t, "", embeddedtest.ChildCommand(childEnv, "0"))
+	p := embeddedtest.Start(t, "", embeddedtest.ChildCommand())
 	assert.Equal(t, "embeddedtest.test", p.Name, "named after the command's file by default")
 	require.True(t, p.Await(30*time.Second, func(out string) bool { return strings.Contains(out, "listening") }))
 	p.Kill()
@@ -78,14 +80,15 @@ func TestProcessKill(t *testing.T) {
 func TestProcessCleanup(t *testing.T) {
 	var p *embeddedtest.Process
 	t.Run("starts", func(t *testing.T) {
-		p = embeddedtest.Start(t, "left running", embeddedtest.ChildCommand(childEnv, "0"))
+		p = embeddedtest.Start(t, "left running", embeddedtest.ChildCommand())
 	})
 	assert.True(t, p.Exited(), "the cleanup killed it and waited")
 }
 
-func TestChildCommandWithoutTheVariable(t *testing.T) {
-	// Without TestMain's variable the test binary runs its tests: -test.run selects none here.
-	p := embeddedtest.Start(t, "tests", embeddedtest.ChildCommand("JETBUS_UNUSED", "1", "-test.run=^$"))
+func TestTestMainRunsTheTests(t *testing.T) {
+	// The test binary started otherwise than by ChildCommand runs its tests: -test.run selects
+	// none here.
+	p := embeddedtest.Start(t, "tests", exec.Command(os.Args[0], "-test.run=^$"))
 	require.True(t, p.Wait(30*time.Second))
 	assert.Equal(t, 0, p.ExitCode())
 	assert.Contains(t, p.Output().String(), "PASS")

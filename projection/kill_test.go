@@ -93,8 +93,8 @@ func signalled() <-chan struct{} {
 // startChild starts this test binary again as a subprocess running TestChild in mode.
 func startChild(t *testing.T, e *env, mode string) *embeddedtest.Process {
 	t.Helper()
-	cmd := embeddedtest.ChildCommand(childMode, mode, "-test.run=^TestChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(cmd.Env, childNATS+"="+e.url, childMongo+"="+embeddedtest.MongoURI(t), childDB+"="+e.db.Name())
+	cmd := embeddedtest.ChildCommand("-test.run=^TestChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(cmd.Env, childMode+"="+mode, childNATS+"="+e.url, childMongo+"="+embeddedtest.MongoURI(t), childDB+"="+e.db.Name())
 	return embeddedtest.Start(t, "child "+mode, cmd)
 }
 

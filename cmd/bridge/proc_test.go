@@ -23,10 +23,8 @@ import (
 	"github.com/jetbus/jetbus/embeddedtest"
 )
 
-// mainEnv makes the test binary, re-executed, run main: the bridge as a process.
-const mainEnv = "JETBUS_BRIDGE_MAIN"
-
-func TestMain(m *testing.M) { embeddedtest.TestMain(m, mainEnv, main) }
+// TestMain: the test binary, re-executed by embeddedtest.ChildCommand, is the bridge.
+func TestMain(m *testing.M) { embeddedtest.TestMain(m, main) }
 
 // TestRunChangefeedProcess: `bridge run` as a process with a changefeed declared publishes a
 // MongoDB insert into the feed's topic, and on SIGTERM stops the feed, saves its position
@@ -47,8 +45,8 @@ changefeeds:
 shutdown:
   timeout: 20s
 `), 0o644))
-	p := embeddedtest.Start(t, "bridge", embeddedtest.ChildCommand(mainEnv, "1",
-		"run", "--config", cfgFile, "--nats-url", s.ClientURL(), "--mongo-uri", uri, "--http-addr", "127.0.0.1:0"))
+	p := embeddedtest.Start(t, "bridge", embeddedtest.ChildCommand("run", "--config", cfgFile,
+		"--nats-url", s.ClientURL(), "--mongo-uri", uri, "--http-addr", "127.0.0.1:0"))
 	var addr string
 	require.True(t, p.Await(30*time.Second, func(out string) bool { addr = embeddedtest.LogAddr(out, "ops server listening"); return addr != "" }), "the bridge logs its ops address")
 	get := func(path string) (int, []byte) {

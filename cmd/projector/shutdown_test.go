@@ -15,15 +15,13 @@ import (
 	"github.com/jetbus/jetbus/partition"
 )
 
-// mainEnv makes the test binary, re-executed, run main: the projector as a process.
-const mainEnv = "JETBUS_PROJECTOR_MAIN"
-
-func TestMain(m *testing.M) { embeddedtest.TestMain(m, mainEnv, main) }
+// TestMain: the test binary, re-executed by embeddedtest.ChildCommand, is the projector.
+func TestMain(m *testing.M) { embeddedtest.TestMain(m, main) }
 
 // startProjector starts `projector args…` as a process.
 func startProjector(t *testing.T, args ...string) *embeddedtest.Process {
 	t.Helper()
-	return embeddedtest.Start(t, "projector", embeddedtest.ChildCommand(mainEnv, "1", args...))
+	return embeddedtest.Start(t, "projector", embeddedtest.ChildCommand(args...))
 }
 
 // TestSIGTERMReleasesLeases: two `projector run` processes share a projection's partitions;
