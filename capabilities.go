@@ -10,7 +10,8 @@ import (
 //
 //	ps, ok := bus.(jetbus.PartitionSubscriber)
 //
-// Package jetstream's Bus implements every one of them: PartitionSubscriber and KeyReader.
+// Package jetstream's Bus implements every one of them: PartitionSubscriber, KeyReader and
+// AsyncPublisher.
 
 // PartitionSubscriber is the capability of consuming a single partition of a topic for a
 // group, under a fence held outside the Bus. Package partition uses it to consume the
@@ -26,6 +27,32 @@ type PartitionSubscriber interface {
 	// leases, that guarantees the previous holder stopped. Stop returns unstarted deliveries
 	// to the server. FanIn is refused (ErrInvalidOption).
 	SubscribePartition(ctx context.Context, topic, group string, p int, h Handler, opts ...SubscribeOption) (Subscription, error)
+}
+
+// AsyncPublisher is the capability of publishing without waiting for the server, so that a
+// caller keeps many publishes in flight and learns each one's result later. Packages
+// changefeed and ingress pipeline their publishes through it.
+type AsyncPublisher interface {
+	// PublishAsync publishes as Bus.Publish does but returns before the server stored the
+	// event: the future's Wait gives the result. Validation and publish middlewares run
+	// before it returns, so bad input fails here (with Publish's errors) and nothing is sent.
+	// It blocks while the implementation's bound on outstanding publishes is reached. A
+	// future that is never waited for still publishes.
+	PublishAsync(ctx context.Context, topic string, payload any, opts ...PublishOption) (PublishFuture, error)
+}
+
+// PublishFuture is the pending result of AsyncPublisher.PublishAsync. Wait may be called from
+// any goroutine, once at a time; Duplicate and the event's Seq are set once Wait succeeded.
+type PublishFuture interface {
+	// Wait waits until the server stored the event (and every extra message a publish
+	// middleware published with it), or ctx ends, and returns the event.
+	Wait(ctx context.Context) (*Event, error)
+	// Duplicate reports, after Wait succeeded, whether the server had already stored an
+	// event with this ID within the topic's duplicate window (a retried publish): it stored
+	// nothing new, and the event's Seq is the stored one's.
+	Duplicate() bool
+	// Event returns the event being published (Seq is set once Wait succeeded).
+	Event() *Event
 }
 
 // MaxLatestKeys bounds the keys of one KeyReader.Latest call.

@@ -144,42 +144,27 @@ func (r *run) copyCollection(ctx context.Context, w *window, ns string, after bs
 		return err
 	}
 	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
-	for cur.Next(ctx) {
+	return pump(ctx, w, f.send, rec, func(ctx context.Context) (*item, error) {
+		if err := nextDocument(ctx, cur); err != nil {
+			return nil, err
+		}
 		c := &change{op: opRead, db: db, coll: coll, wall: time.Now()}
 		raw := cur.Current
 		c.id = raw.Lookup("documentKey", "_id")
 		c.fullDoc, c.hasFullDoc = raw.Lookup("fullDocument"), true
 		if c.id.Type == 0 {
-			return fmt.Errorf("%w: a copied document of %s has no _id", errMalformed, ns)
+			return nil, fmt.Errorf("%w: a copied document of %s has no _id", errMalformed, ns)
 		}
 		lastID, err := bson.Marshal(bson.D{{Key: "_id", Value: c.id}})
 		if err != nil {
-			return fmt.Errorf("%w: %v", errMalformed, err)
+			return nil, fmt.Errorf("%w: %v", errMalformed, err)
 		}
 		m, err := f.render(ctx, c, epoch)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		e := &entry{step: step{kind: stepCopied, lastID: lastID, key: m.key}}
-		if rec.active() {
-			e.step.dup, e.step.rejected, err = rec.send(ctx, f.send, m)
-		} else {
-			e.fut, e.step.rejected, err = f.send.send(ctx, m)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if err := w.push(ctx, e); err != nil {
-			return err
-		}
-	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	return cur.Err()
+		return &item{e: &entry{step: step{kind: stepCopied, lastID: lastID, key: m.key}}, m: m}, nil
+	})
 }
 
 // afterID is the filter for the documents whose _id sorts after id. A range operator

@@ -265,87 +265,62 @@ func (d *Drainer) scan(ctx context.Context, w *window, rec *recovery) error {
 		return err
 	}
 	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
-	for cur.Next(ctx) {
-		if err := d.publish(ctx, w, cur.Current, rec); err != nil {
-			return err
+	return pump(ctx, w, d.send, rec, func(ctx context.Context) (*item, error) {
+		if err := nextDocument(ctx, cur); err != nil {
+			return nil, err
 		}
-	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	return cur.Err()
+		return d.item(ctx, cur.Current)
+	})
 }
 
 // tail publishes the documents the change stream reports inserted.
 func (d *Drainer) tail(ctx context.Context, cs *mongo.ChangeStream, w *window, rec *recovery) error {
-	for ctx.Err() == nil {
-		select {
-		case <-w.failed():
-			return nil
-		default:
+	return pump(ctx, w, d.send, rec, func(ctx context.Context) (*item, error) {
+		ok, err := nextChange(ctx, cs, "outbox's change stream")
+		if err != nil {
+			return nil, err
 		}
-		if !cs.TryNext(ctx) {
-			if err := cs.Err(); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			if cs.ID() == 0 {
-				return fmt.Errorf("changefeed: MongoDB closed the outbox's change stream")
-			}
+		if !ok {
 			// Quiet: let the settler flush what is acknowledged.
-			if err := w.push(ctx, &entry{step: step{kind: stepHeartbeat}}); err != nil {
-				return nil
-			}
-			continue
+			return &item{e: &entry{step: step{kind: stepHeartbeat}}}, nil
 		}
 		doc, ok := cs.Current.Lookup("fullDocument").DocumentOK()
 		if !ok {
-			continue // an insert always has it; nothing to publish otherwise
+			return nil, nil // an insert always has it; nothing to publish otherwise
 		}
-		if err := d.publish(ctx, w, clone(doc), rec); err != nil {
-			return err
-		}
-	}
-	return nil
+		return d.item(ctx, clone(doc))
+	})
 }
 
-// publish sends one outbox document and pushes its entry.
-func (d *Drainer) publish(ctx context.Context, w *window, doc bson.Raw, rec *recovery) error {
+// item makes the item of one outbox document: its message, or, for a document that can
+// never be published, its entry alone once it is dead-lettered. A document without a usable
+// _id gives no item: it stays in the outbox, reported.
+func (d *Drainer) item(ctx context.Context, doc bson.Raw) (*item, error) {
 	idDoc, err := bson.Marshal(bson.D{{Key: OutboxID, Value: doc.Lookup(OutboxID)}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e := &entry{step: step{kind: stepChange, lastID: idDoc}}
 	m, merr := outboxMessage(doc)
 	e.step.key = m.key
 	switch {
 	case merr != nil && m.id == "":
-		// Not even an ID: it can be neither published nor filed under one; it stays in
-		// the outbox, reported.
+		// Not even an ID: it can be neither published nor filed under one.
 		d.log.Error("outbox document without a usable _id left in place", "err", merr)
-		return nil
+		return nil, nil
 	case merr != nil:
 		if err := d.send.reject(ctx, m, merr); err != nil {
-			return err
+			return nil, err
 		}
 		e.step.rejected = true
-	case rec.active():
-		e.step.dup, e.step.rejected, err = rec.send(ctx, d.send, m)
-	default:
-		e.fut, e.step.rejected, err = d.send.send(ctx, m)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
 	}
 	if !m.ts.IsZero() {
 		d.read(m.ts)
 	}
-	return w.push(ctx, e)
+	if e.step.rejected {
+		return &item{e: e}, nil
+	}
+	return &item{e: e, m: m}, nil
 }
 
 // settler deletes (or marks) the documents whose events are stored, in batches; the window's

@@ -52,7 +52,7 @@ func New(ctx context.Context, bus Publisher, client *mongo.Client, cfg Config, o
 		state: runnerState{role: RoleStarting},
 	}
 	f := &Feed{runner: r, cfg: cfg, bus: bus, client: client, pos: pos}
-	if err := registerPositionAge(o.registerer, cfg.Name, f.positionAge); err != nil {
+	if err := registerPositionAge(o.Registerer, cfg.Name, f.positionAge); err != nil {
 		return nil, err
 	}
 	return f, nil

@@ -21,6 +21,9 @@ import (
 	"github.com/jetbus/jetbus/jetstream"
 )
 
+// The Bus the package is used with has what it needs of one.
+var _ changefeed.Publisher = (*jetstream.Bus)(nil)
+
 // env is one test's servers: an embedded NATS with a Bus and a DLQ, and a MongoDB database.
 type env struct {
 	t    *testing.T

@@ -14,27 +14,25 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
-	"github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/schema"
 )
 
-// Publisher is what feeds and drainers need of the Bus: pipelined publishes, and the
-// JetStream context for their KV buckets. *jetstream.Bus has it; open it with the schema
-// registry's publish middleware so that changes are validated against their topic's schema.
+// Publisher is what feeds and drainers need of the Bus: pipelined publishes (the
+// jetbus.AsyncPublisher capability), and the JetStream context for their KV buckets.
+// *jetstream.Bus has it; open it with the schema registry's publish middleware so that
+// changes are validated against their topic's schema.
 type Publisher interface {
-	PublishAsync(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*jetstream.PublishFuture, error)
+	jetbus.AsyncPublisher
 	JetStream() natsjs.JetStream
 }
 
-// Rejecter keeps what cannot be published. *dlq.Queue has it.
-type Rejecter interface {
+// DeadLetters keeps what feeds and drainers can never publish (the dead-letter role, named
+// so in every component): a *dlq.Queue.
+type DeadLetters interface {
 	Reject(ctx context.Context, r dlq.Rejected) (uint64, error)
 }
 
-var (
-	_ Publisher = (*jetstream.Bus)(nil)
-	_ Rejecter  = (*dlq.Queue)(nil)
-)
+var _ DeadLetters = (*dlq.Queue)(nil)
 
 // message is one event to publish.
 type message struct {
@@ -53,17 +51,17 @@ type message struct {
 // sender publishes a runner's messages and dead-letters those that can never be published.
 type sender struct {
 	bus       Publisher
-	dlq       Rejecter // nil: a message that cannot be published stops the runner
-	by        string   // the dead letters' group: "changefeed-<name>", "outbox-<name>"
-	source    string   // their original subject: "changefeed.<name>", "outbox.<name>"
-	templated bool     // topics come from a template: a missing topic is the message's fault
+	dlq       DeadLetters // nil: a message that cannot be published stops the runner
+	by        string      // the dead letters' group: "changefeed-<name>", "outbox-<name>"
+	source    string      // their original subject: "changefeed.<name>", "outbox.<name>"
+	templated bool        // topics come from a template: a missing topic is the message's fault
 	log       *slog.Logger
 }
 
 // send publishes m asynchronously. When m can never be published (rejectable), it stores m
 // in the DLQ instead and returns rejected; a nil future and a nil error then mean m is done.
 // Any other error stops the runner, which starts again from its position.
-func (s *sender) send(ctx context.Context, m *message) (fut *jetstream.PublishFuture, rejected bool, err error) {
+func (s *sender) send(ctx context.Context, m *message) (fut jetbus.PublishFuture, rejected bool, err error) {
 	opts := make([]jetbus.PublishOption, 0, 4+len(m.opts))
 	opts = append(opts, jetbus.WithID(m.id), jetbus.WithKey(m.key))
 	if !m.ts.IsZero() {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/jetbus/jetbus/internal/option"
 	"github.com/jetbus/jetbus/internal/retry"
 	"github.com/jetbus/jetbus/partition"
 )
@@ -33,43 +34,20 @@ const readyGrace = 30 * time.Second
 type Option func(*runOptions) error
 
 type runOptions struct {
-	logger     *slog.Logger
-	registerer prometheus.Registerer
-	dlq        Rejecter
+	option.Common
+	dlq DeadLetters
 }
 
 // WithLogger sets the logger (default: discard).
-func WithLogger(l *slog.Logger) Option {
-	return func(o *runOptions) error {
-		if l != nil {
-			o.logger = l
-		}
-		return nil
-	}
-}
+func WithLogger(l *slog.Logger) Option { return option.Logger[runOptions](l) }
 
 // WithRegisterer registers the runner's metrics on r (default: none); see the package doc.
-func WithRegisterer(r prometheus.Registerer) Option {
-	return func(o *runOptions) error { o.registerer = r; return nil }
-}
+func WithRegisterer(r prometheus.Registerer) Option { return option.Registerer[runOptions](r) }
 
 // WithDeadLetters sets where what can never be published goes (a *dlq.Queue). Without it
 // such a change or outbox document stops the runner (it is retried, never skipped).
-func WithDeadLetters(q Rejecter) Option {
+func WithDeadLetters(q DeadLetters) Option {
 	return func(o *runOptions) error { o.dlq = q; return nil }
-}
-
-func applyOptions(opts []Option) (runOptions, error) {
-	o := runOptions{logger: slog.New(slog.DiscardHandler)}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
 }
 
 // prepare is the start New and NewDrainer share: it checks the clients, applies the options,
@@ -78,15 +56,15 @@ func prepare(bus Publisher, client *mongo.Client, opts []Option, kind, prefix, n
 	if bus == nil || client == nil {
 		return runOptions{}, nil, nil, fmt.Errorf("%w: nil Bus or MongoDB client", ErrInvalidConfig)
 	}
-	o, err := applyOptions(opts)
+	o, err := option.Apply[runOptions](opts)
 	if err != nil {
 		return o, nil, nil, err
 	}
-	m, err := newMetrics(o.registerer, prefix, name)
+	m, err := newMetrics(o.Registerer, prefix, name)
 	if err != nil {
 		return o, nil, nil, err
 	}
-	return o, o.logger.With(kind, name), m, nil
+	return o, o.Logger.With(kind, name), m, nil
 }
 
 // runner is what feeds and drainers share: the lease, the sender, metrics, and the state

@@ -99,88 +99,55 @@ func (r *run) readStream(ctx context.Context, cs *mongo.ChangeStream, w *window,
 	f := r.f
 	var lastHeartbeat []byte
 	var lastPush time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.failed():
-			return nil
-		default:
+	return pump(ctx, w, f.send, rec, func(ctx context.Context) (*item, error) {
+		ok, err := nextChange(ctx, cs, "change stream")
+		if err != nil {
+			return nil, err
 		}
-		if !cs.TryNext(ctx) {
-			if err := cs.Err(); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			if cs.ID() == 0 {
-				return fmt.Errorf("changefeed: MongoDB closed the change stream")
-			}
+		if !ok {
 			// A quiet stream: MongoDB's post-batch resume token moves on without changes. It
 			// is pushed when it moved, and again every Heartbeat while it stands still, so a
 			// position onDone did not save yet (it came too soon after the last save) is saved
 			// even when nothing follows it.
 			tok := cs.ResumeToken()
 			if tok == nil {
-				continue
+				return nil, nil
 			}
-			if moved := string(tok) != string(lastHeartbeat); moved || time.Since(lastPush) >= f.cfg.Heartbeat {
-				if moved {
-					lastHeartbeat = clone(tok)
-				}
-				f.metrics.lagged(tokenTime(lastHeartbeat).Time())
-				lastPush = time.Now()
-				if err := w.push(ctx, &entry{step: step{kind: stepHeartbeat, token: lastHeartbeat}}); err != nil {
-					return nil
-				}
+			moved := string(tok) != string(lastHeartbeat)
+			if !moved && time.Since(lastPush) < f.cfg.Heartbeat {
+				return nil, nil
 			}
-			continue
+			if moved {
+				lastHeartbeat = clone(tok)
+			}
+			f.metrics.lagged(tokenTime(lastHeartbeat).Time())
+			lastPush = time.Now()
+			return &item{e: &entry{step: step{kind: stepHeartbeat, token: lastHeartbeat}}}, nil
 		}
 		c, err := decodeChange(cs.Current)
 		if err != nil {
-			return fmt.Errorf("%w: %v", errMalformed, err)
+			return nil, fmt.Errorf("%w: %v", errMalformed, err)
 		}
 		c.token = clone(c.token)
 		st := step{kind: stepChange, token: c.token, clusterT: uint64(c.clusterTime.T)<<32 | uint64(c.clusterTime.I)}
 		if c.op == "invalidate" {
 			f.log.Warn("change stream invalidated (collection dropped or renamed, or database dropped); watching on after it")
-			if err := w.push(ctx, &entry{step: step{kind: stepHeartbeat, token: c.token}}); err != nil {
-				return nil
-			}
-			return errInvalidated
+			return &item{e: &entry{step: step{kind: stepHeartbeat, token: c.token}}}, errInvalidated
 		}
 		if !c.isDocumentChange() {
 			// drop, rename, dropDatabase: no document to publish; the position moves past it.
 			f.log.Info("change without a document skipped", "op", c.op, "ns", c.ns())
 			st.kind = stepHeartbeat
-			if err := w.push(ctx, &entry{step: st}); err != nil {
-				return nil
-			}
-			continue
+			return &item{e: &entry{step: st}}, nil
 		}
 		f.read(c.wall)
 		m, err := f.render(ctx, c, "")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		st.key = m.key
-		e := &entry{step: st}
-		if rec.active() {
-			e.step.dup, e.step.rejected, err = rec.send(ctx, f.send, m)
-		} else {
-			e.fut, e.step.rejected, err = f.send.send(ctx, m)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if err := w.push(ctx, e); err != nil {
-			return nil
-		}
-	}
+		return &item{e: &entry{step: st}, m: m}, nil
+	})
 }
 
 // render makes the event of change c: epoch is the copy's ("" for a change).

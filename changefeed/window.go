@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jetbus/jetbus/jetstream"
+	"github.com/jetbus/jetbus"
 )
 
 // ackTimeout bounds the wait for one publish's acknowledgement. The Bus's async publishes
@@ -21,7 +21,7 @@ const ackTimeout = 10 * time.Second
 // awaiting its acknowledgement, or a step that needs none (a dead-lettered change, a
 // heartbeat, a publish already acknowledged in recovery).
 type entry struct {
-	fut *jetstream.PublishFuture
+	fut jetbus.PublishFuture
 	// step is what the entry moves the position to once it and every entry before it are
 	// done; it is applied by the window's owner (onDone), in order.
 	step step

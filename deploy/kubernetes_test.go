@@ -198,6 +198,8 @@ func secretEnv() []string {
 // placeholders stand for Secrets' values when the configuration is loaded here.
 var placeholders = map[string]string{
 	"JETBUS_MONGO_URI": "mongodb://mongo-0.mongo,mongo-1.mongo,mongo-2.mongo/?replicaSet=rs0",
+	// As a Secret made with openssl rand -hex 32 would hold.
+	"JETBUS_AUTH_JWT_HS256_SECRET": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 }
 
 // k8sContainer is what c sees in a pod of d: the ConfigMap's and Secrets' files where they are
@@ -270,7 +272,7 @@ func TestKubernetesDeployments(t *testing.T) {
 	m := render(t)
 	d := parseDockerfile(t)
 	required := map[string][]string{
-		"bridge":    {"jetbus-nats", "jetbus-mongo"},
+		"bridge":    {"jetbus-nats", "jetbus-mongo", "jetbus-jwt"},
 		"projector": {"jetbus-nats", "jetbus-mongo", "jetbus-jwt"},
 	}
 	for target, image := range images {

@@ -43,12 +43,10 @@ func newEnvOn(t *testing.T, s *server.Server, cfg dlq.Config) *env {
 	ctx := context.Background()
 	nc := embeddedtest.Connect(t, s.ClientURL())
 	reg := prometheus.NewRegistry()
-	cfg.Registerer = reg
-	cfg.Logger = embeddedtest.Logger(t)
 	// The queue needs the JetStream context before the Bus exists: open a bare Bus first.
 	bare, err := jbjs.Open(ctx, nc)
 	require.NoError(t, err)
-	q, err := dlq.Open(ctx, bare.JetStream(), cfg)
+	q, err := dlq.Open(ctx, bare.JetStream(), cfg, dlq.WithRegisterer(reg), dlq.WithLogger(embeddedtest.Logger(t)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
 	bus, err := jbjs.Open(ctx, nc, jbjs.WithHandlerMiddleware(q.Middleware()), jbjs.WithLogger(embeddedtest.Logger(t)))

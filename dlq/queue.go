@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jetbus/jetbus/internal/option"
 	"github.com/jetbus/jetbus/internal/retry"
 )
 
@@ -87,11 +87,6 @@ type Config struct {
 	// configuration) leaves it off; tools and programs that only dead-letter or read beside
 	// it set it, so that they cannot change the DLQ's replicas or retention.
 	Attach bool
-	// Registerer receives the metrics dlq_dead_letters_total{topic,group,reason},
-	// dlq_replayed_total{topic}, dlq_discarded_total{topic} and dlq_parked_keys (nil: none).
-	Registerer prometheus.Registerer
-	// Logger (nil: discard).
-	Logger *slog.Logger
 }
 
 // Validate reports whether c is usable. Its errors wrap ErrInvalidConfig and name the field.
@@ -120,9 +115,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxAge > 0 && c.DuplicateWindow > c.MaxAge {
 		c.DuplicateWindow = c.MaxAge
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
 }
@@ -159,17 +151,21 @@ type Queue struct {
 }
 
 // Open ensures the DLQ stream (and, with parking, the parking bucket) and returns the Queue.
-// Close it to stop its watchers.
-func Open(ctx context.Context, js JetStream, cfg Config) (*Queue, error) {
+// Close it to stop its watchers. Options: WithLogger, WithRegisterer.
+func Open(ctx context.Context, js JetStream, cfg Config, opts ...Option) (*Queue, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer)
+	o, err := option.Apply[option.Common](opts)
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{js: js, cfg: cfg, log: cfg.Logger, metrics: m, parked: make(map[string]*parkSet), stop: make(chan struct{})}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{js: js, cfg: cfg, log: o.Logger, metrics: m, parked: make(map[string]*parkSet), stop: make(chan struct{})}
 	if err := q.Ensure(ctx); err != nil {
 		return nil, err
 	}

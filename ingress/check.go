@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetbus/jetbus"
-	"github.com/jetbus/jetbus/jetstream"
 )
 
 // MaxIDLength bounds a client's Nats-Msg-Id: JetStream keeps every ID of the duplicate window
@@ -171,6 +170,6 @@ type item struct {
 	// event is the event of the first publish attempt: a retry publishes it again with the
 	// same ID and time, so that JetStream stores it once.
 	event *jetbus.Event
-	fut   *jetstream.PublishFuture
+	fut   jetbus.PublishFuture
 	ref   *refusal
 }

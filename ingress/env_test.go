@@ -24,6 +24,9 @@ import (
 	"github.com/jetbus/jetbus/schema"
 )
 
+// The Bus the package is used with has what it needs of one.
+var _ ingress.Publisher = (*jbjs.Bus)(nil)
+
 const wait = 20 * time.Second
 
 // env is what the bridge gives ingress, on an embedded server: a Bus with the schema
@@ -51,7 +54,7 @@ func newEnvOn(t testing.TB, s *server.Server, url string, topics ...jbjs.TopicCo
 	e := &env{t: t, srv: s, url: url}
 	e.bus, e.reg = e.publisher()
 	e.js = e.bus.JetStream()
-	q, err := dlq.Open(ctx, e.js, dlq.Config{Logger: embeddedtest.Logger(t)})
+	q, err := dlq.Open(ctx, e.js, dlq.Config{}, dlq.WithLogger(embeddedtest.Logger(t)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
 	e.q = q

@@ -18,16 +18,16 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/internal/option"
 	"github.com/jetbus/jetbus/internal/retry"
-	"github.com/jetbus/jetbus/jetstream"
 )
 
-// Publisher is what ingress publishes through: a jetstream.Bus opened with the schema
-// registry's publish middleware. Its bound on pending async publishes
-// (jetstream.WithAsyncMaxPending) must be at least Config.MaxInFlight. JetStream is used to
-// probe a topic's stream while publishes fail.
+// Publisher is what ingress publishes through: the jetbus.AsyncPublisher capability of a
+// Bus (a jetstream.Bus opened with the schema registry's publish middleware). Its bound on
+// pending async publishes (jetstream.WithAsyncMaxPending) must be at least
+// Config.MaxInFlight. JetStream is used to probe a topic's stream while publishes fail.
 type Publisher interface {
-	PublishAsync(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*jetstream.PublishFuture, error)
+	jetbus.AsyncPublisher
 	JetStream() natsjs.JetStream
 }
 
@@ -36,10 +36,7 @@ type DeadLetters interface {
 	Reject(ctx context.Context, r dlq.Rejected) (uint64, error)
 }
 
-var (
-	_ Publisher   = (*jetstream.Bus)(nil)
-	_ DeadLetters = (*dlq.Queue)(nil)
-)
+var _ DeadLetters = (*dlq.Queue)(nil)
 
 // rejecters is the number of goroutines writing dead letters: each waits for the DLQ's
 // acknowledgement, so a few keep a flood of garbage from holding up the rest.
@@ -105,20 +102,15 @@ func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Opt
 	if n := conn.NumSubscriptions(); n != 0 {
 		return nil, fmt.Errorf("%w (%d)", ErrSharedConn, n)
 	}
-	o := options{logger: slog.New(slog.DiscardHandler)}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
-	}
-	m, err := newMetrics(o.registerer)
+	o, err := option.Apply[option.Common](opts)
 	if err != nil {
 		return nil, err
 	}
-	log := o.logger.With("component", "ingress/in")
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger.With("component", "ingress/in")
 	g := &Ingress{
 		conn: conn, pub: pub, dl: dl, cfg: cfg, log: log, m: m,
 		topics:  make(map[string]*topicMetrics, len(cfg.Allow)),

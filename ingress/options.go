@@ -4,28 +4,16 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/option"
 )
 
 // Option configures New. A nil Option is skipped.
-type Option func(*options) error
-
-type options struct {
-	logger     *slog.Logger
-	registerer prometheus.Registerer
-}
+type Option func(*option.Common) error
 
 // WithLogger sets the logger (default: discard).
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) error {
-		if l != nil {
-			o.logger = l
-		}
-		return nil
-	}
-}
+func WithLogger(l *slog.Logger) Option { return option.Logger[option.Common](l) }
 
 // WithRegisterer registers ingress's metrics on r (default: none). The package doc lists
 // them.
-func WithRegisterer(r prometheus.Registerer) Option {
-	return func(o *options) error { o.registerer = r; return nil }
-}
+func WithRegisterer(r prometheus.Registerer) Option { return option.Registerer[option.Common](r) }

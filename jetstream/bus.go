@@ -37,6 +37,8 @@ type Bus struct {
 var (
 	_ jetbus.Bus                 = (*Bus)(nil)
 	_ jetbus.PartitionSubscriber = (*Bus)(nil)
+	_ jetbus.AsyncPublisher      = (*Bus)(nil)
+	_ jetbus.PublishFuture       = (*publishFuture)(nil)
 )
 
 // Open returns a Bus on the JetStream of nc. Options:

@@ -268,7 +268,7 @@ func TestPublishMiddlewareAndAsync(t *testing.T) {
 	b := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithPublishMiddleware(stamp))
 	ctx := context.Background()
 	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "mw", Partitions: 3}))
-	var futs []*jbjs.PublishFuture
+	var futs []jetbus.PublishFuture
 	for i := range 50 {
 		f, err := b.PublishAsync(ctx, "mw", i, jetbus.WithKey("k"))
 		require.NoError(t, err)

@@ -134,25 +134,23 @@ func (b *Bus) publishError(topic string, err error) error {
 	return fmt.Errorf("jetbus: publish to %s: %w", topic, retry.Opaque(err))
 }
 
-// PublishFuture is the pending result of PublishAsync.
-type PublishFuture struct {
+// publishFuture is the jetbus.PublishFuture of Bus.PublishAsync: the acknowledgements of the
+// event's message and of every extra message a publish middleware published with it.
+type publishFuture struct {
 	bus       *Bus
 	event     *jetbus.Event
 	futs      []natsjs.PubAckFuture
 	duplicate bool
 }
 
-// Duplicate reports, after Wait succeeded, whether the server had already stored an event
-// with this ID within the topic's duplicate window (a retried publish): it stored nothing new,
-// and the event's Seq is the stored one's.
-func (f *PublishFuture) Duplicate() bool { return f.duplicate }
+// Duplicate implements jetbus.PublishFuture.
+func (f *publishFuture) Duplicate() bool { return f.duplicate }
 
-// Event returns the event being published (Seq is set once Wait succeeded).
-func (f *PublishFuture) Event() *jetbus.Event { return f.event }
+// Event implements jetbus.PublishFuture.
+func (f *publishFuture) Event() *jetbus.Event { return f.event }
 
-// Wait waits until the server stored the event (and every extra message a middleware
-// published with it) and returns the event.
-func (f *PublishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
+// Wait implements jetbus.PublishFuture.
+func (f *publishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
 	for i, fut := range f.futs {
 		select {
 		case ack := <-fut.Ok():
@@ -199,11 +197,12 @@ func (b *Bus) writeAsyncOne(ctx context.Context, e *jetbus.Event) (natsjs.PubAck
 	return fut, nil
 }
 
-// PublishAsync publishes without waiting for the server: the returned future's Wait gives
-// the result. Validation and middlewares run before it returns, so bad input fails here and
-// nothing is sent. It blocks while WithAsyncMaxPending publishes are outstanding. Use
-// PublishAsyncComplete or Wait on every future to know all were stored.
-func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*PublishFuture, error) {
+// PublishAsync implements jetbus.AsyncPublisher: it publishes without waiting for the server,
+// and the returned future's Wait gives the result. Validation and middlewares run before it
+// returns, so bad input fails here and nothing is sent. It blocks while WithAsyncMaxPending
+// publishes are outstanding. Use PublishAsyncComplete or Wait on every future to know all
+// were stored.
+func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (jetbus.PublishFuture, error) {
 	e, err := b.newEvent(topic, payload, opts)
 	if err != nil {
 		return nil, err
@@ -214,13 +213,13 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts 
 		if err != nil {
 			return nil, err
 		}
-		return &PublishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}}, nil
+		return &publishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}}, nil
 	}
 	c := &asyncCollector{}
 	if err := b.publishAsync(context.WithValue(ctx, asyncKey{}, c), e); err != nil {
 		return nil, err
 	}
-	return &PublishFuture{bus: b, event: e, futs: c.futs}, nil
+	return &publishFuture{bus: b, event: e, futs: c.futs}, nil
 }
 
 // PublishAsyncComplete is closed when every outstanding async publish is settled.

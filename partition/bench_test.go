@@ -103,7 +103,7 @@ func BenchmarkConsume(b *testing.B) {
 	admin := embeddedtest.Bus(b, s.ClientURL())
 	ctx := b.Context()
 	require.NoError(b, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 16}))
-	futs := make([]*jbjs.PublishFuture, 0, events)
+	futs := make([]jetbus.PublishFuture, 0, events)
 	for i := range events {
 		f, err := admin.PublishAsync(ctx, "orders", map[string]int{"n": i}, jetbus.WithKey("k"+strconv.Itoa(i%1000)))
 		require.NoError(b, err)

@@ -159,7 +159,7 @@ func runChurn(t *testing.T, url string, replicas int, ttl time.Duration, cluster
 		}
 		const chunk = 500
 		for i := 0; i < total; i += chunk {
-			futs := make(map[int]*jbjs.PublishFuture, chunk)
+			futs := make(map[int]jetbus.PublishFuture, chunk)
 			for j := i; j < min(i+chunk, total); j++ {
 				f, err := pub.PublishAsync(ctx, "orders", map[string]int{"n": j}, jetbus.WithKey("k"+strconv.Itoa(j%keys)), jetbus.WithID("e-"+strconv.Itoa(j)))
 				if err != nil {

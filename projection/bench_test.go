@@ -47,7 +47,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = q.Close() })
 	be.q = q
-	futs := make([]*jetstream.PublishFuture, 0, 1000)
+	futs := make([]jetbus.PublishFuture, 0, 1000)
 	for i := range benchEvents {
 		payload := map[string]any{"n": i, "status": []string{"new", "paid", "shipped"}[i%3], "amount": i % 977, "note": "benchmark order"}
 		f, err := be.bus.PublishAsync(ctx, "orders", payload, jetbus.WithKey("k"+strconv.Itoa(i%benchKeys)))
@@ -126,7 +126,7 @@ func BenchmarkChangelog(b *testing.B) {
 }
 
 func benchProjection(b *testing.B, be *benchEnv, group string) int {
-	c, err := projection.NewChangelog(be.config(group), be.bus, be.db.Client(), be.q)
+	c, err := projection.NewChangelog(be.bus, be.db.Client(), be.q, be.config(group))
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -152,7 +152,7 @@ func benchTransactional(b *testing.B, be *benchEnv, group string) int {
 			options.UpdateOne().SetUpsert(true))
 		return err
 	}
-	c, err := projection.NewTransactional(be.config(group), be.bus, be.db.Client(), be.q, h)
+	c, err := projection.NewTransactional(be.bus, be.db.Client(), be.q, h, be.config(group))
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -45,7 +45,7 @@ type Changelog struct {
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup and ErrInvalidConfig (Config.Validate,
 // a missing Collection, nil dependencies).
-func NewChangelog(cfg Config, bus Bus, client *mongo.Client, dl DeadLetters, opts ...Option) (*Changelog, error) {
+func NewChangelog(bus Bus, client *mongo.Client, dl DeadLetters, cfg Config, opts ...Option) (*Changelog, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -232,14 +232,30 @@ func (c *Changelog) newView(group, collection string) *view {
 
 func (v *view) engine() *engine {
 	c := v.c
-	return &engine{name: c.cfg.Name, group: v.group, cfg: c.cfg, bus: c.bus, dl: c.dl, log: c.set.log, m: c.m, mws: c.set.mws,
-		decode: c.decode, apply: v.apply}
+	return &engine{name: c.cfg.Name, group: v.group, cfg: c.cfg, bus: c.bus, dl: c.dl, log: c.set.log, m: c.m, mws: c.set.mws, s: v}
 }
 
-// decode runs in the Bus's handler: it turns a delivery into a change, or marks it for the DLQ.
+var _ strategy = (*view)(nil)
+
+// changeOf returns the change decode made of en (a held entry that is neither dead-lettered
+// nor settled has one).
+func changeOf(en *entry) *change { return en.ev.(*change) }
+
+// open implements strategy: a view keeps nothing per partition (its checkpoints are written
+// with each batch).
+func (v *view) open(context.Context, *partState) error { return nil }
+
+// close implements strategy.
+func (v *view) close(*partState) {}
+
+// decode implements strategy: it turns a delivery into a change (en.ev), or marks it for
+// the DLQ.
+func (v *view) decode(en *entry) { v.c.decode(en) }
+
 func (c *Changelog) decode(en *entry) {
 	if c.set.writeModels != nil {
-		en.ch = change{key: en.d.Key, topic: en.d.Topic, ts: en.d.TS.UnixMilli(), ver: seqVersion(en.d.Seq)}
+		ch := &change{key: en.d.Key, topic: en.d.Topic, ts: en.d.TS.UnixMilli(), ver: seqVersion(en.d.Seq)}
+		en.ev = ch
 		if c.dec.version != nil && !en.d.Tombstone() {
 			at, ok := c.dec.version.lookup(gjson.ParseBytes(en.d.Payload))
 			v, err := integer(at)
@@ -247,16 +263,16 @@ func (c *Changelog) decode(en *entry) {
 				en.deadLetter(dataErrorf("event %s: no integer version at %s", en.d.ID, c.dec.version))
 				return
 			}
-			en.ch.ver = v
+			ch.ver = v
 		} else if c.dec.version != nil {
 			v, err := c.dec.tombstoneVersion(en.d)
 			if err != nil {
 				en.deadLetter(err)
 				return
 			}
-			en.ch.ver = v
+			ch.ver = v
 		}
-		ms, err := c.set.writeModels(en.d, en.ch.ver)
+		ms, err := c.set.writeModels(en.d, ch.ver)
 		switch {
 		case err != nil:
 			en.deadLetter(&DataError{Msg: fmt.Sprintf("event %s: write models: %v", en.d.ID, err)})
@@ -264,7 +280,7 @@ func (c *Changelog) decode(en *entry) {
 			en.out = outSkipped
 			en.noop = true
 		default:
-			en.models = ms
+			ch.models = ms
 		}
 		return
 	}
@@ -273,7 +289,7 @@ func (c *Changelog) decode(en *entry) {
 		en.deadLetter(err)
 		return
 	}
-	en.ch = ch
+	en.ev = &ch
 }
 
 // deletedTTLIndex is the TTL index that removes deleted keys' markers (delete mode).
@@ -327,7 +343,7 @@ type keyEvents struct {
 	evs []*entry
 }
 
-// apply writes one batch: each key's events coalesced into as few writes as possible (one,
+// apply implements strategy. It writes one batch: each key's events coalesced into as few writes as possible (one,
 // usually), every write guarded by the version, all keys in one unordered bulk write per
 // round; then the history, then the partition's checkpoint. A write MongoDB refuses for one
 // document (a data error) dead-letters that event and the rest lands; any other failure
@@ -343,10 +359,11 @@ func (v *view) apply(ctx context.Context, _ *partState, b *batch) error {
 			continue
 		}
 		en.out = outPending
-		k := byKey[en.ch.key]
+		key := changeOf(en).key
+		k := byKey[key]
 		if k == nil {
-			k = &keyEvents{key: en.ch.key}
-			byKey[en.ch.key] = k
+			k = &keyEvents{key: key}
+			byKey[key] = k
 			keys = append(keys, k)
 		}
 		k.evs = append(k.evs, en)
@@ -356,9 +373,9 @@ func (v *view) apply(ctx context.Context, _ *partState, b *batch) error {
 		kept := k.evs[:0:0]
 		var top int64
 		for i, en := range k.evs {
-			if i == 0 || en.ch.ver > top {
+			if ver := changeOf(en).ver; i == 0 || ver > top {
 				kept = append(kept, en)
-				top = en.ch.ver
+				top = ver
 			} else {
 				en.out = outStale
 			}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"github.com/jetbus/jetbus"
@@ -107,6 +108,9 @@ type change struct {
 	doc bsoncore.Document
 	// unset lists, in merge mode, the payload's null fields.
 	unset []string
+	// models are the writes of a projection WithWriteModels (which decodes nothing else but
+	// the version).
+	models []mongo.WriteModel
 }
 
 // decoder turns deliveries into changes for one projection's settings.

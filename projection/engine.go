@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/internal/retry"
@@ -29,16 +27,38 @@ const (
 	outDeadLetter         // to be dead-lettered with err
 )
 
+// strategy is how a projection writes what its engine consumes: a changelog view (*view)
+// or a transactional handler (*Transactional). The engine does the consuming, batching,
+// dead-lettering and acknowledging, and calls its strategy only through these methods.
+//
+// Concurrency: the engine calls them concurrently for different partitions. For one
+// partition it calls open once, before the partition takes a delivery; then decode for each
+// delivery as the Bus hands it over (decode may run while apply writes an earlier batch, so
+// it touches en alone); apply from the partition's flusher, one batch at a time in stream
+// order, and again with the same batch after it failed; close once, after the flusher
+// stopped and no other call for the partition runs, also when open failed.
+type strategy interface {
+	// open prepares partition ps, which this replica starts to own, keeping what the
+	// strategy needs of it in ps.state. An error abandons the partition (it is taken again).
+	open(ctx context.Context, ps *partState) error
+	// decode makes what apply needs of en's delivery (en.ev), or marks en dead-lettered
+	// (entry.deadLetter) or settled (noop), in the Bus's handler.
+	decode(en *entry)
+	// apply writes batch b of partition ps. It sets the outcome of each entry it handles; an
+	// error makes the engine retry the batch after a backoff (nothing is acknowledged).
+	apply(ctx context.Context, ps *partState, b *batch) error
+	// close releases what open took for ps.
+	close(ps *partState)
+}
+
 // entry is one delivery held by a partition until its batch is written and acknowledged.
 type entry struct {
 	d      *jetbus.Delivery
-	ch     change             // changelog: the decoded event
-	models []mongo.WriteModel // changelog with WithWriteModels
-	err    error              // why it is dead-lettered
+	ev     any   // the strategy's decoding of d (decode sets it): a changelog's *change
+	err    error // why it is dead-lettered
 	out    outcome
 	noop   bool   // a middleware settled it: acknowledge only
 	dlqSeq uint64 // set once the DLQ stored it
-	fails  int    // transactional: handler failures
 }
 
 func (e *entry) deadLetter(err error) {
@@ -51,7 +71,7 @@ type batch struct {
 	topic   string
 	p       int
 	entries []*entry
-	memo    any
+	memo    any // the strategy's, kept across retries of the batch
 }
 
 // engine consumes a projection's topics as one consumer group through package partition and
@@ -60,18 +80,15 @@ type batch struct {
 // when it is full or has waited Linger (apply), dead-letters what apply refused, and
 // acknowledges the batch with one AckBatch.
 type engine struct {
-	name   string // the projection (metric and log label)
-	group  string
-	cfg    Config
-	bus    Bus
-	dl     DeadLetters
-	log    *slog.Logger
-	m      *metrics
-	mws    []jetbus.HandlerMiddleware
-	decode func(*entry)                                   // optional, in the handler
-	open   func(ctx context.Context, ps *partState) error // optional, when a partition starts
-	close  func(ps *partState)                            // optional, when it ended
-	apply  func(ctx context.Context, ps *partState, b *batch) error
+	name  string // the projection (metric and log label)
+	group string
+	cfg   Config
+	bus   Bus
+	dl    DeadLetters
+	log   *slog.Logger
+	m     *metrics
+	mws   []jetbus.HandlerMiddleware
+	s     strategy
 
 	settled atomic.Uint64 // events written (or skipped) and acknowledged
 
@@ -250,14 +267,12 @@ type partBus struct {
 
 func (b *partBus) SubscribePartition(ctx context.Context, topic, group string, p int, _ jetbus.Handler, opts ...jetbus.SubscribeOption) (jetbus.Subscription, error) {
 	ps := b.e.newPart(topic, p)
-	if b.e.open != nil {
-		octx, cancel := context.WithTimeout(ctx, b.e.cfg.WriteTimeout)
-		err := b.e.open(octx, ps)
-		cancel()
-		if err != nil {
-			ps.abandon()
-			return nil, fmt.Errorf("projection %s: open partition %d: %w", b.e.name, p, err)
-		}
+	octx, cancel := context.WithTimeout(ctx, b.e.cfg.WriteTimeout)
+	err := b.e.s.open(octx, ps)
+	cancel()
+	if err != nil {
+		ps.abandon()
+		return nil, fmt.Errorf("projection %s: open partition %d: %w", b.e.name, p, err)
 	}
 	inner, err := b.Bus.SubscribePartition(ctx, topic, group, p, ps.handle, opts...)
 	if err != nil {
@@ -292,8 +307,7 @@ type partState struct {
 	cancel   context.CancelFunc
 	done     chan struct{} // the flusher returned
 
-	cp        *checkpoint    // transactional: the partition's checkpoint as last read or written
-	sess      *mongo.Session // transactional: the session of this ownership's transactions
+	state     any // the strategy's, set by open
 	closeOnce sync.Once
 }
 
@@ -338,9 +352,7 @@ func (ps *partState) accept(ctx context.Context, d *jetbus.Delivery) error {
 		*p = true
 	}
 	en := &entry{d: d}
-	if ps.e.decode != nil {
-		ps.e.decode(en)
-	}
+	ps.e.s.decode(en)
 	ps.add(en)
 	return nil
 }
@@ -407,11 +419,7 @@ func (ps *partState) abandon() {
 	ps.mu.Unlock()
 	ps.cancel()
 	<-ps.done
-	ps.closeOnce.Do(func() {
-		if ps.e.close != nil {
-			ps.e.close(ps)
-		}
-	})
+	ps.closeOnce.Do(func() { ps.e.s.close(ps) })
 	ps.e.mu.Lock()
 	if ps.e.parts[partKey{ps.topic, ps.p}] == ps {
 		delete(ps.e.parts, partKey{ps.topic, ps.p})
@@ -486,7 +494,7 @@ func (ps *partState) flush(entries []*entry) bool {
 	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		tctx, cancel := context.WithTimeout(ctx, e.cfg.WriteTimeout)
-		err := e.apply(tctx, ps, b)
+		err := e.s.apply(tctx, ps, b)
 		cancel()
 		if err == nil {
 			break

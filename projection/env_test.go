@@ -30,7 +30,7 @@ type env struct {
 	parts int
 
 	mu      sync.Mutex
-	futures []*jetstream.PublishFuture
+	futures []jetbus.PublishFuture
 	pubErr  error
 	last    map[int]uint64 // the highest sequence published to each partition
 }
@@ -109,7 +109,7 @@ func start(t *testing.T, run func(context.Context) error) *runner {
 
 func (e *env) changelog(cfg projection.Config, opts ...projection.Option) *projection.Changelog {
 	e.t.Helper()
-	c, err := projection.NewChangelog(cfg, e.bus, e.db.Client(), e.q, append([]projection.Option{projection.WithLogger(embeddedtest.Logger(e.t))}, opts...)...)
+	c, err := projection.NewChangelog(e.bus, e.db.Client(), e.q, cfg, append([]projection.Option{projection.WithLogger(embeddedtest.Logger(e.t))}, opts...)...)
 	require.NoError(e.t, err)
 	return c
 }

@@ -58,7 +58,7 @@ func TestMongoFaults(t *testing.T) {
 			embeddedtest.InjectMongoFault(t, e.db.Client(), tc.fault)
 			cfg := e.config("orders-view")
 			cfg.AckTimeout, cfg.WriteTimeout = 2*time.Second, time.Second
-			c, err := projection.NewChangelog(cfg, e.bus, client, e.q, projection.WithLogger(embeddedtest.Logger(t)))
+			c, err := projection.NewChangelog(e.bus, client, e.q, cfg, projection.WithLogger(embeddedtest.Logger(t)))
 			require.NoError(t, err)
 			r := start(t, c.Run)
 

@@ -76,10 +76,11 @@ func TestZombieFenced(t *testing.T) {
 			assert.Equal(t, tc.wantCommit, seq)
 
 			// Through apply: the fence, a reload, and nothing left to do.
-			ps := &partState{topic: "orders", p: 0, cp: zombie, sess: zsess}
+			tp := &txPart{cp: zombie, sess: zsess}
+			ps := &partState{topic: "orders", p: 0, state: tp}
 			require.NoError(t, tx.apply(ctx, ps, &batch{topic: "orders", entries: deliveries(tc.zombie[0], tc.zombie[1])}))
 			assert.Equal(t, tc.wantCount, count())
-			assert.Equal(t, tc.wantCommit, ps.cp.seq, "the zombie reloaded the checkpoint")
+			assert.Equal(t, tc.wantCommit, tp.cp.seq, "the zombie reloaded the checkpoint")
 		})
 	}
 }

@@ -93,14 +93,18 @@ func (v *view) writeHistory(ctx context.Context, keys []*keyEvents, pre map[stri
 			cur, has = state.Lookup(fieldVersion).Int64OK()
 		}
 		for _, en := range k.evs {
-			if en.out == outDeadLetter || (has && en.ch.ver <= cur) {
+			if en.out == outDeadLetter {
 				continue
 			}
-			state = v.after(state, en.ch)
-			cur, has = en.ch.ver, true
+			ch := changeOf(en)
+			if has && ch.ver <= cur {
+				continue
+			}
+			state = v.after(state, *ch)
+			cur, has = ch.ver, true
 			models = append(models, mongo.NewReplaceOneModel().
 				SetFilter(bson.D{{Key: fieldID, Value: k.key + "/" + strconv.FormatInt(cur, 10)}}).
-				SetReplacement(historyDocument(k.key, en.ch, state)).SetUpsert(true))
+				SetReplacement(historyDocument(k.key, *ch, state)).SetUpsert(true))
 		}
 	}
 	if len(models) == 0 {

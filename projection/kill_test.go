@@ -61,11 +61,11 @@ func TestChild(t *testing.T) {
 	var run func(context.Context) error
 	switch mode {
 	case "tx":
-		p, err := projection.NewTransactional(childConfig(db.Name(), "orders-tx"), bus, client, q, counterHandler(db), projection.WithLogger(log))
+		p, err := projection.NewTransactional(bus, client, q, counterHandler(db), childConfig(db.Name(), "orders-tx"), projection.WithLogger(log))
 		require.NoError(t, err)
 		run = p.Run
 	case "changelog":
-		p, err := projection.NewChangelog(childConfig(db.Name(), "orders-view"), bus, client, q, projection.WithLogger(log))
+		p, err := projection.NewChangelog(bus, client, q, childConfig(db.Name(), "orders-view"), projection.WithLogger(log))
 		require.NoError(t, err)
 		run = p.Run
 	}

@@ -78,7 +78,7 @@ func (pl *planner) plan(key string, evs []*entry) []*step {
 		return steps
 	}
 	last := evs[len(evs)-1]
-	if pl.mode == Replace || last.ch.kind == kindTombstone {
+	if pl.mode == Replace || changeOf(last).kind == kindTombstone {
 		s := pl.single(last)
 		s.events, s.superseded = evs, len(evs)-1
 		return []*step{s}
@@ -87,7 +87,7 @@ func (pl *planner) plan(key string, evs []*entry) []*step {
 	// does not means nothing before it applies either).
 	t := -1
 	for i, e := range evs {
-		if e.ch.kind == kindTombstone {
+		if changeOf(e).kind == kindTombstone {
 			t = i
 		}
 	}
@@ -109,17 +109,18 @@ func (pl *planner) plan(key string, evs []*entry) []*step {
 	}
 	if t >= 0 {
 		cur.events, cur.superseded = append(cur.events, evs[:t]...), t
-		stages = appendReplaceStage(stages, n, evs[t].ch.ver, pl.marker(evs[t].ch))
+		tc := changeOf(evs[t])
+		stages = appendReplaceStage(stages, n, tc.ver, pl.marker(*tc))
 		cur.events = append(cur.events, evs[t])
 		n++
 	}
 	for _, e := range evs[t+1:] {
 		before := len(stages)
-		stages = appendMergeStage(stages, n, e.ch)
+		stages = appendMergeStage(stages, n, *changeOf(e))
 		if n > 0 && len(stages) > maxStepBytes {
 			stages = stages[:before]
 			flush()
-			stages = appendMergeStage(stages, n, e.ch)
+			stages = appendMergeStage(stages, n, *changeOf(e))
 		}
 		cur.events = append(cur.events, e)
 		n++
@@ -130,11 +131,11 @@ func (pl *planner) plan(key string, evs []*entry) []*step {
 
 // single returns the step that applies e alone.
 func (pl *planner) single(e *entry) *step {
-	c := e.ch
+	c := *changeOf(e)
 	s := &step{key: c.key, events: []*entry{e}}
 	switch {
 	case pl.custom:
-		s.models = e.models
+		s.models = c.models
 	case c.kind == kindTombstone:
 		s.models = []mongo.WriteModel{replaceIfNewer(c.key, c.ver, pl.marker(c))}
 	case pl.mode == Replace:

@@ -55,8 +55,8 @@ type RebuildOptions struct {
 // It returns the new live generation. ctx ends it early: before the switch nothing changes
 // for readers (a later rebuild starts over); after it, the previous generation is removed by
 // the next rebuild.
-func Rebuild(ctx context.Context, cfg Config, bus Bus, client *mongo.Client, dl DeadLetters, ro RebuildOptions, opts ...Option) (*Live, error) {
-	c, err := NewChangelog(cfg, bus, client, dl, opts...)
+func Rebuild(ctx context.Context, bus Bus, client *mongo.Client, dl DeadLetters, cfg Config, ro RebuildOptions, opts ...Option) (*Live, error) {
+	c, err := NewChangelog(bus, client, dl, cfg, opts...)
 	if err != nil {
 		return nil, err
 	}

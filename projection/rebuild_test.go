@@ -93,7 +93,7 @@ func TestRebuildSwitchesReaders(t *testing.T) {
 	}()
 	var progress []projection.RebuildProgress
 	var pmu sync.Mutex
-	live, err := projection.Rebuild(context.Background(), cfg, e.bus, e.db.Client(), e.q, projection.RebuildOptions{
+	live, err := projection.Rebuild(context.Background(), e.bus, e.db.Client(), e.q, cfg, projection.RebuildOptions{
 		Grace: time.Second, Handover: 10 * time.Second,
 		Progress: func(p projection.RebuildProgress) { pmu.Lock(); progress = append(progress, p); pmu.Unlock() },
 	}, projection.WithLogger(embeddedtest.Logger(t)))
@@ -156,7 +156,7 @@ func TestRebuildLock(t *testing.T) {
 				Rebuild: &projection.RebuildProgress{Generation: 1, Owner: "another process", Started: at, Updated: at},
 			})
 			require.NoError(t, err)
-			live, err := projection.Rebuild(context.Background(), e.config("orders-view"), e.bus, e.db.Client(), e.q,
+			live, err := projection.Rebuild(context.Background(), e.bus, e.db.Client(), e.q, e.config("orders-view"),
 				projection.RebuildOptions{Handover: 10 * time.Millisecond, Grace: 10 * time.Millisecond})
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)

@@ -55,7 +55,7 @@ type Transactional struct {
 // Options: WithLogger, WithRegisterer, WithMiddlewares.
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup and ErrInvalidConfig.
-func NewTransactional(cfg Config, bus Bus, client *mongo.Client, dl DeadLetters, h TxHandler, opts ...Option) (*Transactional, error) {
+func NewTransactional(bus Bus, client *mongo.Client, dl DeadLetters, h TxHandler, cfg Config, opts ...Option) (*Transactional, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -104,8 +104,7 @@ func (t *Transactional) Status(context.Context) (any, error) {
 
 // Run runs the projection as one replica of its group (cfg.Name) until ctx is done.
 func (t *Transactional) Run(ctx context.Context) error {
-	eng := &engine{name: t.cfg.Name, group: t.cfg.Name, cfg: t.cfg, bus: t.bus, dl: t.dl, log: t.set.log, m: t.m, mws: t.set.mws,
-		open: t.open, close: t.close, apply: t.apply}
+	eng := &engine{name: t.cfg.Name, group: t.cfg.Name, cfg: t.cfg, bus: t.bus, dl: t.dl, log: t.set.log, m: t.m, mws: t.set.mws, s: t}
 	t.mu.Lock()
 	t.eng = eng
 	t.mu.Unlock()
@@ -117,7 +116,24 @@ func (t *Transactional) Run(ctx context.Context) error {
 	return eng.run(ctx)
 }
 
-// open takes a partition this replica starts to own: it aborts the transaction a previous
+var _ strategy = (*Transactional)(nil)
+
+// txPart is a transactional projection's state of a partition it owns (partState.state).
+type txPart struct {
+	cp   *checkpoint    // the partition's checkpoint as last read or written
+	sess *mongo.Session // the session of this ownership's transactions
+}
+
+// txPartOf returns what open kept of ps (nil when open failed).
+func txPartOf(ps *partState) *txPart {
+	tp, _ := ps.state.(*txPart)
+	return tp
+}
+
+// decode implements strategy: the handler takes the delivery as it is.
+func (t *Transactional) decode(*entry) {}
+
+// open implements strategy. It takes a partition this replica starts to own: it aborts the transaction a previous
 // owner that died may have left open (killSessions on the session recorded in
 // jetbus_owners: otherwise its locks hold the checkpoint until the transaction lifetime
 // ends), records its own session there, and reads the checkpoint.
@@ -144,39 +160,49 @@ func (t *Transactional) open(ctx context.Context, ps *partState) error {
 	_, err = t.owners.UpdateOne(ctx, bson.D{{Key: fieldID, Value: id}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "lsid", Value: sess.ID()}, {Key: "ts", Value: time.Now().UTC()}}}},
 		options.UpdateOne().SetUpsert(true))
+	var cp *checkpoint
 	if err == nil {
-		ps.cp, err = readCheckpoint(ctx, t.cps, id)
+		cp, err = readCheckpoint(ctx, t.cps, id)
 	}
 	if err != nil {
 		sess.EndSession(ctx)
 		return err
 	}
-	ps.sess = sess
+	ps.state = &txPart{cp: cp, sess: sess}
 	return nil
 }
 
-// close releases a partition this replica owned: its session record is removed (the next
-// owner has no transaction to abort) and the session ended.
+// close implements strategy. It releases a partition this replica owned: its session record
+// is removed (the next owner has no transaction to abort) and the session ended.
 func (t *Transactional) close(ps *partState) {
-	if ps.sess == nil {
+	tp := txPartOf(ps)
+	if tp == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, _ = t.owners.DeleteOne(ctx, bson.D{{Key: fieldID, Value: CheckpointID(t.cfg.Name, ps.topic, ps.p)}, {Key: "lsid", Value: ps.sess.ID()}})
-	ps.sess.EndSession(ctx)
+	_, _ = t.owners.DeleteOne(ctx, bson.D{{Key: fieldID, Value: CheckpointID(t.cfg.Name, ps.topic, ps.p)}, {Key: "lsid", Value: tp.sess.ID()}})
+	tp.sess.EndSession(ctx)
 }
 
-// apply commits one batch: events at or below the checkpoint are skipped; the others go
-// through the handler in one transaction that also moves the checkpoint.
+// apply implements strategy. It commits one batch: events at or below the checkpoint are
+// skipped; the others go through the handler in one transaction that also moves the
+// checkpoint. The handler's failures of each event are counted across retries of the batch
+// (b.memo).
 func (t *Transactional) apply(ctx context.Context, ps *partState, b *batch) error {
+	tp := txPartOf(ps)
+	fails, _ := b.memo.(map[*entry]int)
+	if fails == nil {
+		fails = map[*entry]int{}
+		b.memo = fails
+	}
 	for {
 		var todo []*entry
 		var last uint64
 		for _, en := range b.entries {
 			last = max(last, en.d.Seq)
 			switch {
-			case en.d.Seq <= ps.cp.seq:
+			case en.d.Seq <= tp.cp.seq:
 				if en.out != outDeadLetter {
 					en.out = outSkipped
 				}
@@ -185,10 +211,10 @@ func (t *Transactional) apply(ctx context.Context, ps *partState, b *batch) erro
 				todo = append(todo, en)
 			}
 		}
-		if last <= ps.cp.seq {
+		if last <= tp.cp.seq {
 			return nil // another owner applied all of it
 		}
-		err := t.commit(ctx, ps.sess, ps.cp, todo, last)
+		err := t.commit(ctx, tp.sess, tp.cp, todo, last)
 		switch {
 		case err == nil:
 			for _, en := range todo {
@@ -197,12 +223,12 @@ func (t *Transactional) apply(ctx context.Context, ps *partState, b *batch) erro
 			return nil
 		case errors.Is(err, ErrFenced):
 			t.m.fence(t.cfg.Name)
-			t.set.log.Warn("transactional commit fenced: another owner moved the checkpoint; reloading it", "projection", t.cfg.Name, "partition", ps.p, "checkpoint", ps.cp.seq)
-			cp, rerr := readCheckpoint(ctx, t.cps, ps.cp.id)
+			t.set.log.Warn("transactional commit fenced: another owner moved the checkpoint; reloading it", "projection", t.cfg.Name, "partition", ps.p, "checkpoint", tp.cp.seq)
+			cp, rerr := readCheckpoint(ctx, t.cps, tp.cp.id)
 			if rerr != nil {
 				return rerr
 			}
-			ps.cp = cp
+			tp.cp = cp
 			continue
 		}
 		var hf *handlerFailure
@@ -210,8 +236,8 @@ func (t *Transactional) apply(ctx context.Context, ps *partState, b *batch) erro
 			return err
 		}
 		en := hf.en
-		en.fails++
-		if !jetbus.IsPermanent(hf.err) && en.fails < t.cfg.maxAttempts() {
+		fails[en]++
+		if !jetbus.IsPermanent(hf.err) && fails[en] < t.cfg.maxAttempts() {
 			return err // the engine retries the batch after a backoff
 		}
 		// Dead-letter it now: the next commit moves the checkpoint past it.
@@ -221,7 +247,7 @@ func (t *Transactional) apply(ctx context.Context, ps *partState, b *batch) erro
 		}
 		en.deadLetter(hf.err)
 		en.dlqSeq = seq
-		t.set.log.Info("event dead-lettered", "projection", t.cfg.Name, "id", en.d.ID, "seq", en.d.Seq, "attempts", en.fails, "err", hf.err)
+		t.set.log.Info("event dead-lettered", "projection", t.cfg.Name, "id", en.d.ID, "seq", en.d.Seq, "attempts", fails[en], "err", hf.err)
 	}
 }
 

@@ -47,7 +47,7 @@ func counter(t *testing.T, db *mongo.Database, id string) int64 {
 
 func (e *env) transactional(cfg projection.Config, h projection.TxHandler) *projection.Transactional {
 	e.t.Helper()
-	p, err := projection.NewTransactional(cfg, e.bus, e.db.Client(), e.q, h, projection.WithLogger(embeddedtest.Logger(e.t)))
+	p, err := projection.NewTransactional(e.bus, e.db.Client(), e.q, h, cfg, projection.WithLogger(embeddedtest.Logger(e.t)))
 	require.NoError(e.t, err)
 	return p
 }

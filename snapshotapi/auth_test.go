@@ -154,3 +154,19 @@ func TestCORS(t *testing.T) {
 	require.Equal(t, 200, r.StatusCode)
 	assert.Empty(t, r.Header.Get("Access-Control-Allow-Origin"))
 }
+
+// TestErrorsNameOnlyWhatTheScopeMaySee: an unknown view's 404 lists the views the token may
+// read, not every declared one; a MongoDB outage says nothing of the backend.
+func TestErrorsNameOnlyWhatTheScopeMaySee(t *testing.T) {
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
+		c.Tokens = []snapshotapi.Token{{Token: "orders-token", Views: []string{"orders"}}, {Token: "all-token", Views: []string{"*"}}}
+	}))
+	r := a.get("/v1/views/nope/k", "Authorization", "Bearer orders-token")
+	require.Equal(t, http.StatusNotFound, r.StatusCode)
+	assert.Equal(t, snapshotapi.CodeUnknownView, r.errorCode(t))
+	details := r.json(t)["error"].(map[string]any)["details"].(map[string]any)
+	assert.Equal(t, []any{"orders"}, details["views"], "slim is not the token's to know of")
+	r = a.get("/v1/views/nope/k", "Authorization", "Bearer all-token")
+	details = r.json(t)["error"].(map[string]any)["details"].(map[string]any)
+	assert.Equal(t, []any{"orders", "slim"}, details["views"])
+}

@@ -76,10 +76,10 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	require.NoError(b, err)
 	cfg := snapshotapi.Config{Views: []snapshotapi.View{ordersView(db.Name())}, CursorKey: testKey}
 	e := &benchEnv{coll: coll}
-	e.srv, err = snapshotapi.New(cfg, snapshotapi.Deps{Mongo: db.Client()}, snapshotapi.WithRegisterer(prometheus.NewRegistry()))
+	e.srv, err = snapshotapi.New(snapshotapi.Deps{Mongo: db.Client()}, cfg, snapshotapi.WithRegisterer(prometheus.NewRegistry()))
 	require.NoError(b, err)
 	cfg.CacheBytes = -1
-	e.noCache, err = snapshotapi.New(cfg, snapshotapi.Deps{Mongo: db.Client()}, snapshotapi.WithRegisterer(prometheus.NewRegistry()))
+	e.noCache, err = snapshotapi.New(snapshotapi.Deps{Mongo: db.Client()}, cfg, snapshotapi.WithRegisterer(prometheus.NewRegistry()))
 	require.NoError(b, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

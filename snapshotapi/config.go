@@ -201,7 +201,7 @@ func (c Config) Validate() error {
 				}
 				continue
 			}
-			if v != "*" && !seen[v] {
+			if v != "*" && v != ScopeOps && !seen[v] {
 				return fmt.Errorf("%w: Tokens[%d].Views: view %q is not declared", ErrInvalidConfig, i, v)
 			}
 		}
@@ -294,6 +294,29 @@ func checkField(f string) error {
 		return fmt.Errorf("%q is internal to the projection", f)
 	}
 	return nil
+}
+
+// authDefaults checks what access control needs of c (Tokens, JWT) and fills in the JWT
+// defaults: what RequireScope uses of a Config.
+func (c Config) authDefaults() (Config, error) {
+	for i, t := range c.Tokens {
+		if t.Token == "" {
+			return c, fmt.Errorf("%w: Tokens[%d].Token is empty", ErrInvalidConfig, i)
+		}
+	}
+	if len(c.JWT.HS256Secret) > 0 && c.JWT.RS256PublicKey != nil {
+		return c, fmt.Errorf("%w: JWT: set one of HS256Secret and RS256PublicKey", ErrInvalidConfig)
+	}
+	if c.JWT.Leeway < 0 {
+		return c, fmt.Errorf("%w: JWT.Leeway is negative", ErrInvalidConfig)
+	}
+	if c.JWT.ScopeClaim == "" {
+		c.JWT.ScopeClaim = DefaultScopeClaim
+	}
+	if c.JWT.Leeway == 0 {
+		c.JWT.Leeway = DefaultJWTLeeway
+	}
+	return c, nil
 }
 
 // withDefaults returns c validated with its defaults filled in.

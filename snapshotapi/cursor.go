@@ -1,7 +1,10 @@
 package snapshotapi
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -12,22 +15,22 @@ import (
 )
 
 // A cursor is the position after the last document of a page: the value of the order field
-// and the _id there, bound to the query that produced it (view, filters, order) and signed.
+// and the _id there, bound to the query that produced it (view, filters, order), sealed with
+// AES-256-GCM so that a client can neither alter nor read it (the order field may be one
+// that views[].fields hides):
 //
-//	base64url( version(1) | binding(16) | type(1) | uvarint len | value | uvarint len | _id | mac(16) )
+//	base64url( version(1) | nonce(12) | seal( binding(16) | type(1) | uvarint len | value | uvarint len | _id ) )
 //
-// mac is HMAC-SHA256(key, "jetbus cursor" | everything before it), truncated to 128 bits. A
-// cursor that does not verify, or that another query issued, is refused with 400 bad_cursor;
-// nothing in it is trusted before the MAC is checked.
-
+// The key is derived from Config.CursorKey (HMAC-SHA256 with a label), the version is the
+// additional data. A cursor that does not open, or that another query issued, is refused
+// with 400 bad_cursor; nothing in it is trusted before it opened.
 const (
-	cursorVersion  = 1
-	cursorMACBytes = 16
+	cursorVersion = 2
 	// maxCursorLen bounds the text of a cursor before it is decoded.
 	maxCursorLen = 2048
 )
 
-var cursorDomain = []byte("jetbus cursor")
+var cursorDomain = []byte("jetbus cursor encryption")
 
 // keyset is a decoded cursor: the last document's order value and _id.
 type keyset struct {
@@ -35,25 +38,35 @@ type keyset struct {
 	id    string
 }
 
-type cursorCodec struct{ key []byte }
+type cursorCodec struct{ aead cipher.AEAD }
 
-func (c cursorCodec) mac(b []byte) []byte {
-	m := hmac.New(sha256.New, c.key)
+func newCursorCodec(key []byte) cursorCodec {
+	m := hmac.New(sha256.New, key)
 	m.Write(cursorDomain)
-	m.Write(b)
-	return m.Sum(nil)[:cursorMACBytes]
+	block, err := aes.NewCipher(m.Sum(nil))
+	if err != nil { // a 32-byte key always makes a cipher
+		panic(err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err)
+	}
+	return cursorCodec{aead: aead}
 }
 
 func (c cursorCodec) encode(binding [16]byte, ks keyset) string {
-	b := make([]byte, 0, 1+16+1+2*binary.MaxVarintLen64+len(ks.value.Value)+len(ks.id)+cursorMACBytes)
-	b = append(b, cursorVersion)
-	b = append(b, binding[:]...)
-	b = append(b, byte(ks.value.Type))
-	b = binary.AppendUvarint(b, uint64(len(ks.value.Value)))
-	b = append(b, ks.value.Value...)
-	b = binary.AppendUvarint(b, uint64(len(ks.id)))
-	b = append(b, ks.id...)
-	b = append(b, c.mac(b)...)
+	ns := c.aead.NonceSize()
+	plain := make([]byte, 0, 16+1+2*binary.MaxVarintLen64+len(ks.value.Value)+len(ks.id))
+	plain = append(plain, binding[:]...)
+	plain = append(plain, byte(ks.value.Type))
+	plain = binary.AppendUvarint(plain, uint64(len(ks.value.Value)))
+	plain = append(plain, ks.value.Value...)
+	plain = binary.AppendUvarint(plain, uint64(len(ks.id)))
+	plain = append(plain, ks.id...)
+	b := make([]byte, 1+ns, 1+ns+len(plain)+c.aead.Overhead())
+	b[0] = cursorVersion
+	_, _ = rand.Read(b[1 : 1+ns])
+	b = c.aead.Seal(b, b[1:1+ns], plain, b[:1])
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -66,20 +79,21 @@ func (c cursorCodec) decode(s string, binding [16]byte) (keyset, *apiError) {
 		return keyset{}, badCursor("the cursor is not one this API issued (too long)")
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) < 1+16+1+cursorMACBytes {
+	ns := c.aead.NonceSize()
+	if err != nil || len(b) < 1+ns+c.aead.Overhead() {
 		return keyset{}, badCursor("the cursor is not one this API issued")
 	}
-	body, sum := b[:len(b)-cursorMACBytes], b[len(b)-cursorMACBytes:]
-	if !hmac.Equal(sum, c.mac(body)) {
-		return keyset{}, badCursor("the cursor is not one this API issued, or was altered")
-	}
-	if body[0] != cursorVersion {
+	if b[0] != cursorVersion {
 		return keyset{}, badCursor("the cursor is from another version of this API: start again without it")
 	}
-	if [16]byte(body[1:17]) != binding {
+	body, err := c.aead.Open(nil, b[1:1+ns], b[1+ns:], b[:1])
+	if err != nil || len(body) < 16+1 {
+		return keyset{}, badCursor("the cursor is not one this API issued, or was altered")
+	}
+	if [16]byte(body[:16]) != binding {
 		return keyset{}, badCursor("the cursor belongs to another query: keep the filters and order of the request that returned it")
 	}
-	rest := body[17:]
+	rest := body[16:]
 	typ := bson.Type(rest[0])
 	rest = rest[1:]
 	n, k := binary.Uvarint(rest)

@@ -10,9 +10,10 @@ import (
 )
 
 // Entity tags. A key's tag is "<_v>-<view tag>[-gz]": the version, and a tag of everything
-// else the representation depends on (the view's name, its fields, ?meta, and the rendering
-// of this API), so a configuration change or a new rendering changes every tag without
-// hashing a body. A gzip-coded body is another representation, so its tag differs ("-gz",
+// else the representation depends on (the view's name, its fields, ?meta, the rendering
+// of this API, and the generation the view reads: its live collection), so a configuration
+// change, a new rendering or a rebuild's switch changes every tag without hashing a body — a
+// rebuild may change a document at the same version (merge to replace, a fixed upcaster). A gzip-coded body is another representation, so its tag differs ("-gz",
 // as RFC 9110 8.8.3.3 asks of strong validators). A list's tag hashes the page's (_id, _v)
 // pairs, its next cursor and the same view tag.
 
@@ -29,6 +30,27 @@ func viewTag(v View) [2]string {
 		out[i] = hex.EncodeToString(h.Sum(nil)[:4])
 	}
 	return out
+}
+
+// generationTags returns the view's tags for the live collection coll: cached for the last
+// collection seen, which changes only when a rebuild switches the view.
+func (v *view) generationTags(coll string) [2]string {
+	if g := v.genTags.Load(); g != nil && g.collection == coll {
+		return g.tags
+	}
+	g := &genTags{collection: coll}
+	for i, t := range v.tags {
+		h := sha256.Sum256([]byte(t + "\x00" + coll))
+		g.tags[i] = hex.EncodeToString(h[:4])
+	}
+	v.genTags.Store(g)
+	return g.tags
+}
+
+// genTags are a view's tags for one live collection.
+type genTags struct {
+	collection string
+	tags       [2]string
 }
 
 func keyETag(version int64, tag string, gz bool) string {

@@ -45,6 +45,9 @@ func TestMongoFaults(t *testing.T) {
 				assert.Equal(t, "1", r.Header.Get("Retry-After"))
 			}
 			assert.NotContains(t, string(r.body), "failCommand", "MongoDB's own error is not passed on")
+			for _, leak := range []string{"127.0.0.1", "localhost", "topology", "server selection", "connection"} {
+				assert.NotContains(t, strings.ToLower(string(r.body)), leak, "nor the backend's addresses or topology")
+			}
 			if tc.fault.Times > 0 {
 				eventually(t, func() bool { return a.get("/v1/views/orders/k").StatusCode == 200 }, "recovers once MongoDB does")
 			}
@@ -96,11 +99,11 @@ func TestNew(t *testing.T) {
 			err := c.Validate()
 			require.ErrorIs(t, err, snapshotapi.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tc.want)
-			_, err = snapshotapi.New(c, snapshotapi.Deps{Mongo: embeddedtest.Mongo(t).Client()})
+			_, err = snapshotapi.New(snapshotapi.Deps{Mongo: embeddedtest.Mongo(t).Client()}, c)
 			require.ErrorIs(t, err, snapshotapi.ErrInvalidConfig)
 		})
 	}
-	_, err := snapshotapi.New(good(), snapshotapi.Deps{})
+	_, err := snapshotapi.New(snapshotapi.Deps{}, good())
 	require.ErrorIs(t, err, snapshotapi.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "Deps.Mongo")
 	require.NoError(t, good().Validate())

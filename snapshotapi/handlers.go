@@ -52,7 +52,7 @@ func (s *Server) getKey(c echo.Context) error {
 	if d.raw == nil {
 		return newError(http.StatusNotFound, CodeNotFound, "view %s has no key %q", v.Name, printable(key)).with("key", key)
 	}
-	return s.serveDoc(c, v, docRep{raw: d.raw, version: d.version, hasV: d.hasV, ts: d.ts, hasTS: d.hasTS}, rp.meta, gz)
+	return s.serveDoc(c, v, live, docRep{raw: d.raw, version: d.version, hasV: d.hasV, ts: d.ts, hasTS: d.hasTS}, rp.meta, gz)
 }
 
 // docRep is one document to serve and its validators.
@@ -65,14 +65,15 @@ type docRep struct {
 	hasTS   bool
 }
 
-func (s *Server) serveDoc(c echo.Context, v *view, d docRep, meta, gz bool) error {
+func (s *Server) serveDoc(c echo.Context, v *view, live liveState, d docRep, meta, gz bool) error {
 	h := c.Response().Header()
 	cacheHeaders(h, v.cacheControl)
 	var val validators
 	if d.hasV {
-		tag := v.tags[0]
+		tags := v.generationTags(live.collection)
+		tag := tags[0]
 		if meta {
-			tag = v.tags[1]
+			tag = tags[1]
 		}
 		val.etag = keyETag(d.version, tag, gz)
 		h.Set("ETag", val.etag)
@@ -139,7 +140,7 @@ func (s *Server) serveAt(c echo.Context, v *view, live liveState, key string, rp
 		return newError(http.StatusNotFound, CodeNotFound, "view %s: key %q %s at %s", v.Name, printable(key), what, rp.at.UTC().Format(time.RFC3339Nano)).
 			with("key", key).with("at", rp.at.UTC().Format(time.RFC3339Nano))
 	}
-	return s.serveDoc(c, v, docRep{raw: rec.doc, id: key, version: rec.version, hasV: rec.hasV, ts: rec.ts, hasTS: rec.hasTS}, rp.meta, gz)
+	return s.serveDoc(c, v, live, docRep{raw: rec.doc, id: key, version: rec.version, hasV: rec.hasV, ts: rec.ts, hasTS: rec.hasTS}, rp.meta, gz)
 }
 
 // getList serves GET and HEAD /v1/views/{view}.
@@ -213,9 +214,10 @@ func (s *Server) getList(c echo.Context) error {
 		}
 	}
 	gz := acceptsGzip(r)
-	tag := v.tags[0]
+	tags := v.generationTags(live.collection)
+	tag := tags[0]
 	if lp.meta {
-		tag = v.tags[1]
+		tag = tags[1]
 	}
 	ids := make([]string, len(docs))
 	versions := make([]int64, len(docs))

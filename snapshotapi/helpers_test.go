@@ -97,7 +97,7 @@ func newAPI(t *testing.T, run bool, opts ...apiOpt) *api {
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}
-	a.srv, err = snapshotapi.New(cfg, deps, snapshotapi.WithLogger(embeddedtest.Logger(t)), snapshotapi.WithRegisterer(a.reg))
+	a.srv, err = snapshotapi.New(deps, cfg, snapshotapi.WithLogger(embeddedtest.Logger(t)), snapshotapi.WithRegisterer(a.reg))
 	require.NoError(t, err)
 	if run {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -2,8 +2,10 @@ package snapshotapi_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"regexp"
 	"testing"
 	"time"
@@ -132,4 +134,26 @@ func TestPagingUnderWrites(t *testing.T) {
 			t.Logf("%d pages, %d keys", pages, len(seen))
 		})
 	}
+}
+
+// TestCursorHidesTheOrderField: a view whose fields hide the order field pages by it, and
+// the cursor it hands out does not carry that field's value in the clear.
+func TestCursorHidesTheOrderField(t *testing.T) {
+	a := newAPI(t, false) // serves slim, whose fields hide rank
+	for i, secret := range []string{"hidden-rank-alpha", "hidden-rank-bravo", "hidden-rank-charlie"} {
+		a.put("orders", doc(fmt.Sprintf("k%d", i), 1, t0, bson.D{{Key: "rank", Value: secret}, {Key: "status", Value: "open"}}))
+	}
+	r := a.get("/v1/views/slim?order=rank.asc&limit=1")
+	require.Equal(t, 200, r.StatusCode, string(r.body))
+	assert.NotContains(t, string(r.body), "hidden-rank", "the field is not served")
+	m := nextLinkPattern.FindStringSubmatch(r.Header.Get("Link"))
+	require.Len(t, m, 2, "a next page")
+	u, err := url.Parse(m[1])
+	require.NoError(t, err)
+	raw, err := base64.RawURLEncoding.DecodeString(u.Query().Get("cursor"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "hidden-rank", "the cursor does not carry the hidden value in the clear")
+	r = a.get(m[1])
+	require.Equal(t, 200, r.StatusCode, "the cursor still pages")
+	assert.Equal(t, []string{"k1"}, ids(t, r))
 }

@@ -100,7 +100,7 @@ func TestBindingIgnoresParameterOrder(t *testing.T) {
 }
 
 func TestCursorRoundTrip(t *testing.T) {
-	codec := cursorCodec{key: []byte(strings.Repeat("s", 32))}
+	codec := newCursorCodec([]byte(strings.Repeat("s", 32)))
 	var binding [16]byte
 	binding[0] = 9
 	for _, v := range []any{"x", int64(42), 2.5, true, bson.NewDateTimeFromTime(time.UnixMilli(5)), nil} {
@@ -116,7 +116,7 @@ func TestCursorRoundTrip(t *testing.T) {
 		assert.Equal(t, []byte(ks.value.Value), []byte(got.value.Value))
 		_, e = codec.decode(s, [16]byte{})
 		require.NotNil(t, e, "another binding")
-		_, e = cursorCodec{key: []byte(strings.Repeat("t", 32))}.decode(s, binding)
+		_, e = newCursorCodec([]byte(strings.Repeat("t", 32))).decode(s, binding)
 		require.NotNil(t, e, "another key")
 	}
 }

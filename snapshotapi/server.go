@@ -101,7 +101,7 @@ type Server struct {
 //
 // Options: WithLogger, WithRegisterer. Errors wrap ErrInvalidConfig (cfg, or Deps.Mongo
 // missing) or come from registering metrics.
-func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
+func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -129,7 +129,7 @@ func New(cfg Config, deps Deps, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mongo: deps.Mongo, schemas: deps.Schemas, keys: deps.Keys, topics: map[string]bool{}, views: map[string]*view{},
-		auth: newAuthorizer(cfg), cursors: cursorCodec{key: cfg.CursorKey}, cache: newDocCache(cfg.CacheBytes),
+		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
 		metrics: m, log: o.log, now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	for _, v := range cfg.Views {
@@ -168,8 +168,12 @@ func (s *Server) router() *echo.Echo {
 	return e
 }
 
-// ServeHTTP serves the API's routes.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+// ServeHTTP serves the API's routes. Every response says X-Content-Type-Options: nosniff (a JSON body is never sniffed as
+// HTML by a browser).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	s.echo.ServeHTTP(w, r)
+}
 
 // Run keeps the document cache live with a change stream on each views' database, until ctx
 // ends; then it returns nil. A deployment without change streams leaves the cache off (it
@@ -357,7 +361,9 @@ func (s *Server) dbError(ctx context.Context, err error) *apiError {
 		s.log.Error("snapshot API: MongoDB refused a query", "error", err)
 		return newError(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
-	return newError(http.StatusServiceUnavailable, CodeUnavailable, "MongoDB is unavailable: %s", retry.Opaque(err)).withHeader("Retry-After", "1")
+	// The cause (hosts, topology) is logged, never sent: a client learns nothing of the backend.
+	s.log.Warn("snapshot API: MongoDB unavailable", "error", err)
+	return newError(http.StatusServiceUnavailable, CodeUnavailable, "the view store is unavailable").withHeader("Retry-After", "1")
 }
 
 // nodeStateCodes are MongoDB errors of a node that cannot serve now (stepping down, shutting
@@ -389,7 +395,7 @@ func (s *Server) viewOf(c echo.Context) (*view, *apiError) {
 	}
 	v := s.views[name]
 	if v == nil {
-		return nil, newError(http.StatusNotFound, CodeUnknownView, "no view %q", printable(name)).with("views", s.viewNames())
+		return nil, newError(http.StatusNotFound, CodeUnknownView, "no view %q", printable(name)).with("views", s.viewNames(p))
 	}
 	if e := s.auth.authorize(p, name); e != nil {
 		return nil, e
@@ -397,10 +403,14 @@ func (s *Server) viewOf(c echo.Context) (*view, *apiError) {
 	return v, nil
 }
 
-func (s *Server) viewNames() []string {
-	out := make([]string, len(s.order))
-	for i, v := range s.order {
-		out[i] = v.Name
+// viewNames lists the views p may read (every view when the API is open): an error names
+// only what the caller's scope may see.
+func (s *Server) viewNames(p *principal) []string {
+	out := []string{}
+	for _, v := range s.order {
+		if s.auth.open || p.may(v.Name) {
+			out = append(out, v.Name)
+		}
 	}
 	return out
 }

@@ -43,7 +43,13 @@ func (s *Server) getTopicKey(c echo.Context) error {
 		return e
 	}
 	if !s.topics[topic] {
-		return newError(http.StatusNotFound, CodeUnknownTopic, "no topic %q is served", printable(topic)).with("topics", s.cfg.Topics)
+		served := []string{}
+		for _, t := range s.cfg.Topics {
+			if s.auth.open || p.may(TopicScope(t)) { // an error names only what the scope may see
+				served = append(served, t)
+			}
+		}
+		return newError(http.StatusNotFound, CodeUnknownTopic, "no topic %q is served", printable(topic)).with("topics", served)
 	}
 	if !s.auth.open && !p.may(TopicScope(topic)) {
 		return newError(http.StatusForbidden, CodeForbidden, "the token may not read topic %s", topic).

@@ -193,6 +193,6 @@ func TestTopicsConfig(t *testing.T) {
 	}
 	cfg := base
 	cfg.Topics = []string{"users"}
-	_, err := snapshotapi.New(cfg, snapshotapi.Deps{Mongo: db.Client()})
+	_, err := snapshotapi.New(snapshotapi.Deps{Mongo: db.Client()}, cfg)
 	assert.ErrorIs(t, err, snapshotapi.ErrInvalidConfig, "Topics without Deps.Keys")
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -32,6 +33,7 @@ type view struct {
 	filterNames []string
 	fields      *fieldSet
 	tags        [2]string // view tag without and with meta
+	genTags     atomic.Pointer[genTags]
 	// cacheControl is the Cache-Control field value, shared by every response (see
 	// cacheHeaders).
 	cacheControl []string

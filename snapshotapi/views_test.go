@@ -100,7 +100,9 @@ func TestRebuildSwitch(t *testing.T) {
 	a := newAPI(t, true)
 	a.put("orders", doc("k", 5, t0, bson.D{{Key: "status", Value: "old"}}))
 	a.put("orders-g2", doc("k", 5, t0, bson.D{{Key: "status", Value: "rebuilt"}}))
-	require.Equal(t, "old", a.get("/v1/views/orders/k").json(t)["status"])
+	old := a.get("/v1/views/orders/k")
+	require.Equal(t, "old", old.json(t)["status"])
+	oldList := a.get("/v1/views/orders")
 	_, err := a.db.Collection(snapshotapi.ProjectionsCollection).InsertOne(ctx, bson.D{{Key: "_id", Value: "orders-view"},
 		{Key: "generation", Value: 2}, {Key: "collection", Value: "orders-g2"}, {Key: "group", Value: "orders-view-g2"}, {Key: "switched", Value: time.Now()}})
 	require.NoError(t, err)
@@ -108,6 +110,14 @@ func TestRebuildSwitch(t *testing.T) {
 	eventually(t, func() bool { return a.get("/v1/views/orders/k").json(t)["status"] == "rebuilt" }, "the live collection switches")
 	assert.Less(t, time.Since(switched), 1500*time.Millisecond, "within the second docs/views.md allows")
 	assert.Equal(t, []string{"k"}, ids(t, a.get("/v1/views/orders")))
+	// The same version in the new generation is another representation: the old entity tags
+	// no longer match, so a client holding one gets the rebuilt body, not a 304.
+	r := a.get("/v1/views/orders/k", "If-None-Match", old.Header.Get("ETag"))
+	assert.Equal(t, 200, r.StatusCode, "a key's tag covers the generation")
+	assert.NotEqual(t, old.Header.Get("ETag"), r.Header.Get("ETag"))
+	assert.Equal(t, "rebuilt", r.json(t)["status"])
+	assert.Equal(t, 200, a.get("/v1/views/orders", "If-None-Match", oldList.Header.Get("ETag")).StatusCode, "a list's tag covers the generation")
+	assert.Equal(t, 304, a.get("/v1/views/orders/k", "If-None-Match", r.Header.Get("ETag")).StatusCode, "the new tag is stable")
 	// Read-your-writes follows the new group's checkpoints.
 	_, err = a.db.Collection(snapshotapi.CheckpointsCollection).InsertOne(ctx, bson.D{{Key: "_id", Value: "orders-view-g2/orders/p1"}, {Key: "seq", Value: int64(40)}})
 	require.NoError(t, err)

@@ -140,16 +140,21 @@ shutdown:
 	code, body := get("/readyz")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Contains(t, body, "[+]components ok")
-	code, body = get("/v1/ops/status")
-	require.Equal(t, http.StatusOK, code, body)
-	var st ops.Status
-	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	// The status is computed at most once a second: read it until it shows the outbox's event.
 	found := map[string]map[string]any{}
-	for _, c := range st.Components {
-		if d, ok := c.Detail.(map[string]any); ok {
-			found[c.Name] = d
+	require.Eventually(t, func() bool {
+		code, body = get("/v1/ops/status")
+		require.Equal(t, http.StatusOK, code, body)
+		var st ops.Status
+		require.NoError(t, json.Unmarshal([]byte(body), &st))
+		for _, c := range st.Components {
+			if d, ok := c.Detail.(map[string]any); ok {
+				found[c.Name] = d
+			}
 		}
-	}
+		published, _ := found["outbox/shop-outbox"]["published"].(float64)
+		return published >= 1
+	}, 10*time.Second, 50*time.Millisecond, "the status shows the outbox's event")
 	require.Contains(t, found, "changefeed/customers-cdc")
 	require.Contains(t, found, "outbox/shop-outbox")
 	feed := found["changefeed/customers-cdc"]

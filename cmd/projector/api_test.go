@@ -52,7 +52,7 @@ views:
   - {name: orders, projection: orders-view, filters: {status: string}}
 auth:
   tokens:
-    - {name: app, token: secret-token, views: [orders, "topic:customers"]}
+    - {name: app, token: secret-token-0123456789, views: [orders, "topic:customers"]}
 `, db.Name(), apiAddr)), 0o644))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -79,22 +79,22 @@ auth:
 		_ = json.Unmarshal(body, &m)
 		return res.StatusCode, m
 	}
-	require.Eventually(t, func() bool { code, _ := get("/v1/views/orders/o1", "secret-token"); return code == 200 },
+	require.Eventually(t, func() bool { code, _ := get("/v1/views/orders/o1", "secret-token-0123456789"); return code == 200 },
 		20*time.Second, 20*time.Millisecond, "the API answers")
 
-	code, m := get("/v1/views/orders/o1", "secret-token")
+	code, m := get("/v1/views/orders/o1", "secret-token-0123456789")
 	assert.Equal(t, 200, code)
 	assert.Equal(t, "paid", m["status"])
 	code, _ = get("/v1/views/orders/o1", "")
 	assert.Equal(t, 401, code)
-	code, m = get("/v1/views/orders?status=eq.paid", "secret-token")
+	code, m = get("/v1/views/orders?status=eq.paid", "secret-token-0123456789")
 	assert.Equal(t, 200, code)
 	assert.Len(t, m["items"], 1)
 
 	bus := embeddedtest.Bus(t, url)
 	_, err = bus.Publish(t.Context(), "customers", map[string]string{"name": "Ada"}, jetbus.WithKey("c1"))
 	require.NoError(t, err)
-	code, m = get("/v1/topics/customers/keys/c1", "secret-token")
+	code, m = get("/v1/topics/customers/keys/c1", "secret-token-0123456789")
 	assert.Equal(t, 200, code, "%v", m)
 	assert.Equal(t, map[string]any{"name": "Ada"}, m["payload"])
 	code, _ = get("/openapi.json", "")
@@ -107,7 +107,7 @@ auth:
 	case <-time.After(30 * time.Second):
 		t.Fatal("projector run did not stop")
 	}
-	code, _ = get("/v1/views/orders/o1", "secret-token")
+	code, _ = get("/v1/views/orders/o1", "secret-token-0123456789")
 	assert.Equal(t, 0, code, "the listener is closed")
 }
 

@@ -91,8 +91,8 @@ func run(ctx context.Context, log *slog.Logger, natsURL, mongoURI, database, col
 	}()
 
 	counts := client.Database(database).Collection(collection)
-	p, err := projection.NewTransactional(projection.Config{Name: name, Topic: topic, Database: database},
-		bus, client, dead, count(counts), projection.WithLogger(log))
+	p, err := projection.NewTransactional(bus, client, dead, count(counts),
+		projection.Config{Name: name, Topic: topic, Database: database}, projection.WithLogger(log))
 	if err != nil {
 		return err
 	}

@@ -60,8 +60,11 @@ type Mongo struct {
 
 // HTTP configures each process's HTTP server.
 type HTTP struct {
-	Addr           string        `yaml:"addr" default:":8080" check:"addr" desc:"Listen address (host:port; port 0 picks a free one, logged at start)." example:"127.0.0.1:9090"`
+	Addr           string        `yaml:"addr" default:"127.0.0.1:8080" check:"addr" desc:"Listen address (host:port; port 0 picks a free one, logged at start). The default takes connections from this machine only; an address beyond loopback (:8080, 0.0.0.0:8080) needs auth configured, or auth.open." example:":8080"`
 	RequestTimeout time.Duration `yaml:"request_timeout" default:"10s" min:"1" desc:"Longest time one request may take."`
+	MaxConnections int           `yaml:"max_connections" default:"8192" min:"1" desc:"Open connections a process accepts, on all its listeners; one more is answered 503 (Retry-After: 1) and closed (http_refused_total{limit=\"connections\"})."`
+	MaxRequests    int           `yaml:"max_requests" default:"1024" min:"1" desc:"Requests a process serves at once, but /healthz and /readyz; one more is answered 503 (Retry-After: 1) (http_refused_total{limit=\"requests\"})."`
+	IdleTimeout    time.Duration `yaml:"idle_timeout" default:"60s" min:"1" desc:"How long a keep-alive connection may stay idle before it is closed."`
 	CORSOrigins    []string      `yaml:"cors_origins" desc:"Origins allowed to call the snapshot API from a browser (\"*\": any)." example:"[https://app.example.com]"`
 	APIAddr        string        `yaml:"api_addr" check:"addr" desc:"A separate listen address for the projector's snapshot API (host:port; port 0 picks a free one, logged at start). Empty (the default): the API is served on addr, beside the operations endpoints." example:"127.0.0.1:8090"`
 	Topics         []string      `yaml:"topics" check:"topic" desc:"Keyed topics whose keys the snapshot API serves from their streams at /v1/topics/{topic}/keys/{key}; each must be declared keyed in topics. A token reads one with the scope topic:<name>." example:"[customers]"`
@@ -174,7 +177,8 @@ type View struct {
 
 // Auth configures the snapshot API's access control.
 type Auth struct {
-	Tokens []Token `yaml:"tokens" desc:"Static bearer tokens, each with the views it may read."`
+	Open   bool    `yaml:"open" desc:"Serve views, /v1/ops/status and /metrics without authentication on an address beyond loopback, on purpose (logged at warn on every start). Without it, a process whose http.addr or http.api_addr is not a loopback address refuses to start unless tokens or jwt are configured. /healthz and /readyz are always open."`
+	Tokens []Token `yaml:"tokens" desc:"Static bearer tokens, each with the views it may read (at least 16 characters)."`
 	JWT    JWT     `yaml:"jwt" desc:"JSON Web Tokens signed with HS256 or RS256; the scope claim lists the views a token may read."`
 }
 
@@ -182,12 +186,12 @@ type Auth struct {
 type Token struct {
 	Name  string   `yaml:"name" desc:"Who holds the token (for logs)." example:"dashboard"`
 	Token string   `yaml:"token" required:"true" secret:"true" desc:"The token; use ${ENV_VAR} to keep it out of the file." example:"${DASHBOARD_TOKEN}"`
-	Views []string `yaml:"views" required:"true" desc:"Views it may read, and topic:<name> for a topic of http.topics (\"*\": all)." example:"[orders]"`
+	Views []string `yaml:"views" required:"true" desc:"Views it may read, topic:<name> for a topic of http.topics, and ops for /v1/ops/status and /metrics (\"*\": all)." example:"[orders]"`
 }
 
 // JWT configures JWT validation. Set at most one of hs256_secret and rs256_public_key.
 type JWT struct {
-	HS256Secret    string `yaml:"hs256_secret" secret:"true" desc:"Shared secret of HS256 tokens." example:"${JWT_SECRET}"`
+	HS256Secret    string `yaml:"hs256_secret" secret:"true" desc:"Shared secret of HS256 tokens (at least 32 bytes)." example:"${JWT_SECRET}"`
 	RS256PublicKey string `yaml:"rs256_public_key" check:"path" desc:"PEM file of the RS256 public key." example:"/etc/jetbus/jwt.pub"`
 	Issuer         string `yaml:"issuer" desc:"Required iss claim (empty: not checked)." example:"https://auth.example.com/"`
 	Audience       string `yaml:"audience" desc:"Required aud claim (empty: not checked)." example:"jetbus"`

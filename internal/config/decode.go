@@ -24,6 +24,17 @@ func (is *issues) add(path, format string, args ...any) {
 	*is = append(*is, issue{path: path, msg: fmt.Sprintf(format, args...)})
 }
 
+// has reports whether path has an issue already (a value that could not be read is not
+// checked again).
+func (is *issues) has(path string) bool {
+	for _, i := range *is {
+		if i.path == path {
+			return true
+		}
+	}
+	return false
+}
+
 // decode sets v (addressable) from a plain value (map[string]any, []any, string, nil, or a
 // Go scalar from a flag), applying defaults and the field checks of f's tags. raw == nil
 // means absent.

@@ -91,7 +91,7 @@ func TestBadConfigs(t *testing.T) {
 			nil, []string{`6:1: projections: need mongo.uri (MongoDB), which is not set`}},
 		{"unset variable", base + "auth:\n  tokens:\n    - token: ${DASH_TOKEN}\n      views: [orders]\n",
 			nil, []string{`20:14: auth.tokens[0].token: environment variable DASH_TOKEN is not set`}},
-		{"token scope names an undeclared view", base + "auth:\n  tokens:\n    - token: ${T:abc}\n      views: [orderz]\n",
+		{"token scope names an undeclared view", base + "auth:\n  tokens:\n    - token: ${T:abcdefghijklmnop}\n      views: [orderz]\n",
 			nil, []string{`21:15: auth.tokens[0].views[0]: view "orderz" is not declared in views (did you mean "orders"?)`}},
 		{"YAML syntax", "nats:\n  urls: []\n\ttopics: []\n",
 			nil, []string{`3:1: YAML: found character that cannot start any token`}},
@@ -172,7 +172,7 @@ func TestDefaultsWithoutFile(t *testing.T) {
 	c, err := config.Load(config.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"nats://127.0.0.1:4222"}, c.NATS.URLs)
-	assert.Equal(t, ":8080", c.HTTP.Addr)
+	assert.Equal(t, "127.0.0.1:8080", c.HTTP.Addr)
 	assert.Equal(t, "jetbus", c.Mongo.Database)
 	assert.Equal(t, config.ByteSize(1<<20), c.Ingress.MaxMessageSize)
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,12 +111,12 @@ func (c *Config) crossCheck(is *issues) {
 
 	unique("outbox", "name", len(c.Outbox), func(i int) string { return c.Outbox[i].Name })
 	unique("outbox", "collection", len(c.Outbox), func(i int) string {
-		return c.dbOf(c.Outbox[i].Database) + "." + c.Outbox[i].Collection
+		return c.DatabaseOf(c.Outbox[i].Database) + "." + c.Outbox[i].Collection
 	})
 
 	projections := unique("projections", "name", len(c.Projections), func(i int) string { return c.Projections[i].Name })
 	unique("projections", "collection", len(c.Projections), func(i int) string {
-		return c.dbOf(c.Projections[i].Database) + "." + c.Projections[i].Collection
+		return c.DatabaseOf(c.Projections[i].Database) + "." + c.Projections[i].Collection
 	})
 	for i, p := range c.Projections {
 		unknownTopic(idx("projections", i, "topic"), p.Topic)
@@ -163,12 +164,26 @@ func (c *Config) crossCheck(is *issues) {
 				}
 				continue
 			}
-			if _, ok := views[v]; !ok && v != "*" {
+			if _, ok := views[v]; !ok && v != "*" && v != ScopeOps {
 				is.add(fmt.Sprintf("auth.tokens[%d].views[%d]", i, j), "view %q is not declared in views%s", v, near(v, keys(views)))
 			}
 		}
 	}
 	unique("auth.tokens", "token", len(c.Auth.Tokens), func(i int) string { return c.Auth.Tokens[i].Token })
+	for i, t := range c.Auth.Tokens {
+		if path := fmt.Sprintf("auth.tokens[%d].token", i); t.Token != "" && len(t.Token) < MinTokenLength && !is.has(path) && !strings.Contains(t.Token, "${") {
+			is.add(path, "a token has at least %d characters (this one %d): make one with openssl rand -hex 32", MinTokenLength, len(t.Token))
+		}
+	}
+	if s := c.Auth.JWT.HS256Secret; s != "" && len(s) < MinHS256SecretLength && !is.has("auth.jwt.hs256_secret") {
+		is.add("auth.jwt.hs256_secret", "an HS256 secret has at least %d bytes, the hash's size (RFC 7518 3.2); this one %d", MinHS256SecretLength, len(s))
+	}
+	for i, v := range c.Views {
+		if v.Name == ScopeOps {
+			is.add(idx("views", i, "name"), "%q is the operations endpoints' scope: name the view otherwise", ScopeOps)
+		}
+	}
+	c.checkOpen(is)
 	if c.Auth.JWT.HS256Secret != "" && c.Auth.JWT.RS256PublicKey != "" {
 		is.add("auth.jwt.rs256_public_key", "set one of hs256_secret and rs256_public_key")
 	}
@@ -177,7 +192,47 @@ func (c *Config) crossCheck(is *issues) {
 	}
 }
 
-func (c *Config) dbOf(db string) string {
+// ScopeOps is the scope a token needs for /v1/ops/status and /metrics once auth is configured
+// (snapshotapi.ScopeOps).
+const ScopeOps = "ops"
+
+// Minimum lengths of secrets: a static token, and an HS256 secret (RFC 7518 3.2: at least the
+// hash's size).
+const (
+	MinTokenLength       = 16
+	MinHS256SecretLength = 32
+)
+
+// checkOpen refuses an HTTP server listening beyond loopback without access control, unless
+// auth.open says so on purpose.
+func (c *Config) checkOpen(is *issues) {
+	if c.Auth.Open || len(c.Auth.Tokens) > 0 || c.Auth.JWT.HS256Secret != "" || c.Auth.JWT.RS256PublicKey != "" {
+		return
+	}
+	for _, a := range []struct{ key, addr string }{{"http.addr", c.HTTP.Addr}, {"http.api_addr", c.HTTP.APIAddr}} {
+		if a.addr != "" && !Loopback(a.addr) && !is.has(a.key) {
+			is.add(a.key, "%s listens beyond loopback without auth: declare auth.tokens or auth.jwt, listen on 127.0.0.1, or set auth.open: true to serve views, /v1/ops/status and /metrics to anyone who reaches it", a.addr)
+		}
+	}
+}
+
+// Loopback reports whether the listen address addr (host:port) takes connections from this
+// machine only: a loopback IP, or localhost. An empty host, 0.0.0.0 and :: listen everywhere.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// DatabaseOf is the rule "a component's database defaults to mongo.database", for the
+// checks here and the wiring of the processes.
+func (c *Config) DatabaseOf(db string) string {
 	if db == "" {
 		return c.Mongo.Database
 	}

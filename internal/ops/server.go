@@ -23,9 +23,16 @@ type Endpoints struct {
 	Gatherer prometheus.Gatherer
 	// Checks decide /readyz, in order; each gets at most CheckTimeout.
 	Checks func() []Check
-	// Status serves /v1/ops/status.
+	// Status serves /v1/ops/status. Its answer is cached for StatusTTL and computed by one
+	// request at a time: a crowd polling the status costs one computation per StatusTTL.
 	Status func(ctx context.Context) (*Status, error)
+	// Guard, if set, wraps /metrics and /v1/ops/status (access control); /healthz and
+	// /readyz stay open for orchestrators' probes.
+	Guard func(http.Handler) http.Handler
 }
+
+// StatusTTL is how long an answer of /v1/ops/status is served again before it is recomputed.
+const StatusTTL = time.Second
 
 // CheckTimeout bounds each readiness check.
 const CheckTimeout = 2 * time.Second
@@ -68,17 +75,22 @@ func (e Endpoints) Handler() *http.ServeMux {
 		}
 		_, _ = w.Write(body)
 	})
-	if e.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(e.Gatherer, promhttp.HandlerOpts{}))
+	guard := e.Guard
+	if guard == nil {
+		guard = func(h http.Handler) http.Handler { return h }
 	}
-	mux.HandleFunc("GET /v1/ops/status", func(w http.ResponseWriter, r *http.Request) {
+	if e.Gatherer != nil {
+		mux.Handle("GET /metrics", guard(promhttp.HandlerFor(e.Gatherer, promhttp.HandlerOpts{})))
+	}
+	status := newStatusCache(e.Status)
+	mux.Handle("GET /v1/ops/status", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if e.Status == nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_ = json.NewEncoder(w).Encode(errorBody("unavailable", "no status yet"))
 			return
 		}
-		st, err := e.Status(r.Context())
+		st, err := status.get(r.Context())
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_ = json.NewEncoder(w).Encode(errorBody("unavailable", err.Error()))
@@ -87,11 +99,42 @@ func (e Endpoints) Handler() *http.ServeMux {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(st)
-	})
+	})))
 	return mux
 }
 
 // errorBody is the project's one error shape: {"error":{"code","message"}}.
 func errorBody(code, msg string) map[string]any {
 	return map[string]any{"error": map[string]string{"code": code, "message": msg}}
+}
+
+// statusCache computes the status at most once per StatusTTL, one request at a time; the
+// others wait for that computation (or their own context) and share its answer.
+type statusCache struct {
+	compute func(ctx context.Context) (*Status, error)
+	turn    chan struct{} // a token: held while reading or computing
+	at      time.Time
+	st      *Status
+	err     error
+}
+
+func newStatusCache(compute func(ctx context.Context) (*Status, error)) *statusCache {
+	return &statusCache{compute: compute, turn: make(chan struct{}, 1)}
+}
+
+func (c *statusCache) get(ctx context.Context) (*Status, error) {
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.turn }()
+	if c.at.IsZero() || time.Since(c.at) >= StatusTTL {
+		c.st, c.err = c.compute(ctx)
+		c.at = time.Now()
+		if c.err != nil && ctx.Err() != nil { // this caller gave up: not an answer to share
+			c.at = time.Time{}
+		}
+	}
+	return c.st, c.err
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,4 +106,39 @@ func TestMetricsSeeded(t *testing.T) {
 	require.NoError(t, err)
 	_, body = get(t, srv.URL+"/metrics")
 	assert.True(t, strings.Contains(body, `events_published_total{topic="orders"} 1`), "the seeded series counts")
+}
+
+// TestStatusComputedOncePerTTL: a crowd asking for /v1/ops/status at once costs one
+// computation; the others share its answer.
+func TestStatusComputedOncePerTTL(t *testing.T) {
+	var computed atomic.Int32
+	release := make(chan struct{})
+	e := ops.Endpoints{Status: func(ctx context.Context) (*ops.Status, error) {
+		computed.Add(1)
+		<-release
+		return &ops.Status{Process: "p"}, nil
+	}}
+	srv := httptest.NewServer(e.Handler())
+	defer srv.Close()
+	var wg sync.WaitGroup
+	codes := make(chan int, 50)
+	for range 50 {
+		wg.Go(func() {
+			resp, err := http.Get(srv.URL + "/v1/ops/status")
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+	require.True(t, embeddedtest.Poll(5*time.Second, time.Millisecond, func() bool { return computed.Load() == 1 }))
+	close(release)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		assert.Equal(t, http.StatusOK, c)
+	}
+	assert.Equal(t, int32(1), computed.Load(), "one computation for the crowd")
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -96,8 +97,9 @@ type DLQStatus struct {
 	Total  uint64 `json:"total"`
 	// ByTopic counts dead letters per original topic (exact, from the stream's subjects).
 	ByTopic map[string]uint64 `json:"by_topic"`
-	// ByReason counts them per topic and reason, from the dead letters' headers; Partial is
-	// true when only the oldest ScanLimit were read.
+	// ByReason counts them per topic and reason, from the dead letters' headers, read
+	// incrementally (DLQCounts); Partial is true while not every letter has been read yet (a
+	// status reads at most ScanLimit more).
 	ByReason []ReasonCount `json:"by_reason"`
 	Partial  bool          `json:"partial,omitempty"`
 }
@@ -142,6 +144,9 @@ type Source struct {
 	Topics []string         // declared topics
 	Groups []GroupRef       // declared groups (projections)
 	Now    func() time.Time // default time.Now
+	// DLQ keeps the dead-letter counts between statuses (a process keeps one for its life);
+	// nil counts from scratch.
+	DLQ *DLQCounts
 }
 
 // GroupRef names a group of a topic.
@@ -210,7 +215,11 @@ func Collect(ctx context.Context, src Source) (*Status, error) {
 	for _, g := range refs {
 		st.Groups = append(st.Groups, groupStatus(ctx, src, g))
 	}
-	st.DLQ = dlqStatus(ctx, src.JS)
+	counts := src.DLQ
+	if counts == nil {
+		counts = &DLQCounts{}
+	}
+	st.DLQ = counts.status(ctx, src.JS)
 	return st, nil
 }
 
@@ -281,7 +290,17 @@ func groupStatus(ctx context.Context, src Source, ref GroupRef) GroupStatus {
 	return gs
 }
 
-func dlqStatus(ctx context.Context, js JetStream) DLQStatus {
+// DLQCounts keeps the dead-letter counts by topic and reason between statuses, so that a
+// status reads only the letters stored since the one before (at most ScanLimit), not the
+// whole DLQ. When letters were removed (replayed, discarded, expired) the counts no longer
+// add up to the stream's and are read again from the oldest letter. Safe for concurrent use.
+type DLQCounts struct {
+	mu     sync.Mutex
+	next   uint64 // the stream sequence the next status reads from (0: the start)
+	counts map[[2]string]uint64
+}
+
+func (c *DLQCounts) status(ctx context.Context, js JetStream) DLQStatus {
 	ds := DLQStatus{ByTopic: map[string]uint64{}, ByReason: []ReasonCount{}}
 	s, err := js.Stream(ctx, dlq.StreamName)
 	if err != nil {
@@ -296,20 +315,21 @@ func dlqStatus(ctx context.Context, js JetStream) DLQStatus {
 	for subj, n := range info.State.Subjects {
 		ds.ByTopic[strings.TrimPrefix(subj, dlq.SubjectPrefix)] += n
 	}
-	if ds.Total == 0 {
-		return ds
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pass := 0; pass < 2; pass++ {
+		if c.counts == nil || c.sum() > ds.Total { // letters were removed: count again
+			c.counts, c.next = map[[2]string]uint64{}, 0
+		}
+		if ds.Total > 0 && c.next <= info.State.LastSeq {
+			c.scan(ctx, js)
+		}
+		if c.sum() <= ds.Total {
+			break
+		}
 	}
-	counts := map[[2]string]uint64{}
-	read := 0
-	_ = streamscan.Scan(ctx, js, dlq.StreamName, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{dlq.SubjectPrefix + ">"}, HeadersOnly: true,
-	}, func(m natsjs.Msg, _ *natsjs.MsgMetadata) bool {
-		counts[[2]string{strings.TrimPrefix(m.Subject(), dlq.SubjectPrefix), m.Headers().Get(dlq.HeaderReason)}]++
-		read++
-		return read < ScanLimit
-	})
-	ds.Partial = uint64(read) < ds.Total
-	for k, n := range counts {
+	ds.Partial = c.sum() < ds.Total
+	for k, n := range c.counts {
 		ds.ByReason = append(ds.ByReason, ReasonCount{Topic: k[0], Reason: k[1], Count: n})
 	}
 	slices.SortFunc(ds.ByReason, func(a, b ReasonCount) int {
@@ -319,4 +339,27 @@ func dlqStatus(ctx context.Context, js JetStream) DLQStatus {
 		return strings.Compare(a.Reason, b.Reason)
 	})
 	return ds
+}
+
+// scan counts the letters from c.next on, at most ScanLimit of them.
+func (c *DLQCounts) scan(ctx context.Context, js JetStream) {
+	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{dlq.SubjectPrefix + ">"}, HeadersOnly: true}
+	if c.next > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, c.next
+	}
+	read := 0
+	_ = streamscan.Scan(ctx, js, dlq.StreamName, cfg, func(m natsjs.Msg, md *natsjs.MsgMetadata) bool {
+		c.counts[[2]string{strings.TrimPrefix(m.Subject(), dlq.SubjectPrefix), m.Headers().Get(dlq.HeaderReason)}]++
+		c.next = md.Sequence.Stream + 1
+		read++
+		return read < ScanLimit
+	})
+}
+
+func (c *DLQCounts) sum() uint64 {
+	var n uint64
+	for _, v := range c.counts {
+		n += v
+	}
+	return n
 }

@@ -96,3 +96,45 @@ func TestStatusMatchesPartitionStatusAndCursor(t *testing.T) {
 	assert.Equal(t, []ops.ReasonCount{{"orders", "decode", 1}, {"orders", "permanent", 2}, {"payments", "max-attempts", 1}}, st.DLQ.ByReason)
 	assert.False(t, st.DLQ.Partial)
 }
+
+// TestDLQCountsIncremental: counts kept between statuses follow letters added after the last
+// status, and letters removed (replayed, discarded) are counted again.
+func TestDLQCountsIncremental(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	bus := embeddedtest.Bus(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := dlq.Open(ctx, bus.JetStream(), dlq.Config{})
+	require.NoError(t, err)
+	defer q.Close()
+	add := func(topic, reason string) uint64 {
+		m := nats.NewMsg(dlq.SubjectPrefix + topic)
+		m.Header.Set(dlq.HeaderReason, reason)
+		m.Data = []byte(`{}`)
+		ack, err := bus.JetStream().PublishMsg(ctx, m)
+		require.NoError(t, err)
+		return ack.Sequence
+	}
+	counts := &ops.DLQCounts{}
+	status := func() ops.DLQStatus {
+		st, err := ops.Collect(ctx, ops.Source{JS: bus.JetStream(), Bus: bus, DLQ: counts})
+		require.NoError(t, err)
+		return st.DLQ
+	}
+	first := add("orders", "permanent")
+	add("orders", "decode")
+	assert.Equal(t, []ops.ReasonCount{{"orders", "decode", 1}, {"orders", "permanent", 1}}, status().ByReason)
+	add("orders", "permanent")
+	add("payments", "decode")
+	ds := status()
+	assert.Equal(t, []ops.ReasonCount{{"orders", "decode", 1}, {"orders", "permanent", 2}, {"payments", "decode", 1}}, ds.ByReason, "the new letters are added")
+	assert.False(t, ds.Partial)
+	st, err := bus.JetStream().Stream(ctx, dlq.StreamName)
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteMsg(ctx, first))
+	add("refunds", "decode") // one removed, one added: the totals alone would not tell
+	ds = status()
+	assert.Equal(t, uint64(4), ds.Total)
+	assert.Equal(t, []ops.ReasonCount{{"orders", "decode", 1}, {"orders", "permanent", 1}, {"payments", "decode", 1}, {"refunds", "decode", 1}}, ds.ByReason, "a removed letter is not counted")
+	assert.False(t, ds.Partial)
+}

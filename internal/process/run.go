@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -48,6 +47,9 @@ type Spec struct {
 	Setup func(ctx context.Context, env *Env) ([]Component, error)
 	// Listening, if set, is called with the operations server's address once it listens.
 	Listening func(addr string)
+	// OpsGuard, if set, wraps /metrics and /v1/ops/status: access control for the
+	// operations endpoints (package wiring sets it from the auth section).
+	OpsGuard func(http.Handler) http.Handler
 }
 
 // Env is what Setup gets: the connections, the metrics registerer and the logger.
@@ -64,6 +66,10 @@ type Env struct {
 	mu      sync.Mutex
 	closers []func(context.Context) error
 	handler atomic.Pointer[http.Handler]
+
+	limits Limits       // the http section's bounds
+	conns  *connCount   // open connections of all the process's listeners
+	http   *httpMetrics // what the bounds refused
 }
 
 // Handle serves h on the operations address (http.addr) for every path the operations
@@ -108,7 +114,13 @@ func Run(ctx context.Context, spec Spec) error {
 		}
 	}
 	reg := ops.NewRegistry()
-	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups)}
+	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups), limits: limitsOf(cfg)}
+	env.conns = &connCount{max: int64(env.limits.withDefaults().MaxConnections)}
+	env.http = newHTTPMetrics(env.Metrics)
+	if cfg.Auth.Open && (!config.Loopback(cfg.HTTP.Addr) || cfg.HTTP.APIAddr != "" && !config.Loopback(cfg.HTTP.APIAddr)) {
+		log.Warn("auth.open: views, /v1/ops/status and /metrics are served without authentication to anyone who reaches this address",
+			"addr", cfg.HTTP.Addr, "api_addr", cfg.HTTP.APIAddr)
+	}
 
 	var (
 		stopping  atomic.Bool
@@ -164,12 +176,13 @@ func Run(ctx context.Context, spec Spec) error {
 		}})
 		return cs
 	}
+	dlqCounts := &ops.DLQCounts{}
 	status := func(ctx context.Context) (*ops.Status, error) {
 		e := connected.Load()
 		if e == nil {
 			return nil, errors.New(phase.Load().(string))
 		}
-		st, err := ops.Collect(ctx, ops.Source{JS: e.Bus.JetStream(), Bus: e.Bus, Topics: topics, Groups: groups})
+		st, err := ops.Collect(ctx, ops.Source{JS: e.Bus.JetStream(), Bus: e.Bus, Topics: topics, Groups: groups, DLQ: dlqCounts})
 		if err != nil {
 			return nil, err
 		}
@@ -180,18 +193,13 @@ func Run(ctx context.Context, spec Spec) error {
 		return st, nil
 	}
 
-	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	ln, err := env.Listen(cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("http.addr: %w", err)
 	}
-	mux := ops.Endpoints{Gatherer: reg, Checks: checks, Status: status}.Handler()
+	mux := ops.Endpoints{Gatherer: reg, Checks: checks, Status: status, Guard: spec.OpsGuard}.Handler()
 	mux.HandleFunc("/", env.serveMounted)
-	srv := &http.Server{
-		Handler:           mux,
-		MaxHeaderBytes:    64 << 10,
-		ReadHeaderTimeout: 5 * time.Second,
-		WriteTimeout:      cfg.HTTP.RequestTimeout + 5*time.Second,
-	}
+	srv := env.NewServer(mux)
 	// The HTTP server goes last, so /readyz says "shutting down" while components drain.
 	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
@@ -304,4 +312,10 @@ func run(ctx context.Context, spec Spec, env *Env, log *slog.Logger, phase *atom
 		log.Info("stopped")
 	}
 	return err
+}
+
+// limitsOf reads the http section's bounds.
+func limitsOf(cfg *config.Config) Limits {
+	return Limits{MaxConnections: cfg.HTTP.MaxConnections, MaxRequests: cfg.HTTP.MaxRequests,
+		IdleTimeout: cfg.HTTP.IdleTimeout, RequestTimeout: cfg.HTTP.RequestTimeout}
 }

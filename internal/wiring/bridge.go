@@ -28,11 +28,16 @@ import (
 // its own (see ingress.New: a slow consumer there must not stall the process's connection).
 func Bridge(cfg *config.Config) (process.Spec, error) {
 	topics, listed := statusSource(cfg)
+	guard, err := opsGuard(cfg)
+	if err != nil {
+		return process.Spec{}, err
+	}
 	return process.Spec{
 		Name:       "bridge",
 		NeedsMongo: len(cfg.Changefeeds) > 0 || len(cfg.Outbox) > 0,
 		Topics:     topics,
 		Listed:     listed,
+		OpsGuard:   guard,
 		Setup: func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
 			res := &resources{}
 			defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind

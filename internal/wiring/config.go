@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"time"
@@ -27,12 +28,7 @@ import (
 // config layer's defaults and the packages' Default* constants agree).
 
 // database is the rule "a component's database defaults to mongo.database".
-func database(cfg *config.Config, db string) string {
-	if db == "" {
-		return cfg.Mongo.Database
-	}
-	return db
-}
+func database(cfg *config.Config, db string) string { return cfg.DatabaseOf(db) }
 
 // topicConfig maps a declared topic to the Bus's TopicConfig.
 func topicConfig(t config.Topic) jetstream.TopicConfig {
@@ -158,21 +154,43 @@ func apiConfig(cfg *config.Config, key []byte) (snapshotapi.Config, error) {
 			Partitions: t.Partitions, Database: database(cfg, p.Database), Collection: p.Collection, Filters: filters,
 			Sort: v.Sort, Fields: v.Fields, MaxLimit: v.MaxLimit, CacheControl: v.CacheControl, History: p.History})
 	}
+	var err error
+	if ac.Tokens, ac.JWT, err = authConfig(cfg); err != nil {
+		return ac, err
+	}
+	return ac, ac.Validate()
+}
+
+// authConfig maps the auth section: the static tokens and the JWT settings, with the RS256
+// public key read from its file.
+func authConfig(cfg *config.Config) ([]snapshotapi.Token, snapshotapi.JWT, error) {
+	var tokens []snapshotapi.Token
 	for _, t := range cfg.Auth.Tokens {
-		ac.Tokens = append(ac.Tokens, snapshotapi.Token{Name: t.Name, Token: t.Token, Views: t.Views})
+		tokens = append(tokens, snapshotapi.Token{Name: t.Name, Token: t.Token, Views: t.Views})
 	}
 	j := cfg.Auth.JWT
-	ac.JWT = snapshotapi.JWT{HS256Secret: []byte(j.HS256Secret), Issuer: j.Issuer, Audience: j.Audience, ScopeClaim: j.ScopeClaim}
+	sj := snapshotapi.JWT{HS256Secret: []byte(j.HS256Secret), Issuer: j.Issuer, Audience: j.Audience, ScopeClaim: j.ScopeClaim}
 	if j.RS256PublicKey != "" {
 		pem, err := os.ReadFile(j.RS256PublicKey)
 		if err != nil {
-			return ac, fmt.Errorf("auth.jwt.rs256_public_key: %w", err)
+			return nil, sj, fmt.Errorf("auth.jwt.rs256_public_key: %w", err)
 		}
-		if ac.JWT.RS256PublicKey, err = jwt.ParseRSAPublicKeyFromPEM(pem); err != nil {
-			return ac, fmt.Errorf("auth.jwt.rs256_public_key: %s: %w", j.RS256PublicKey, err)
+		if sj.RS256PublicKey, err = jwt.ParseRSAPublicKeyFromPEM(pem); err != nil {
+			return nil, sj, fmt.Errorf("auth.jwt.rs256_public_key: %s: %w", j.RS256PublicKey, err)
 		}
 	}
-	return ac, ac.Validate()
+	return tokens, sj, nil
+}
+
+// opsGuard is the access control of the operations endpoints: a token with the ops scope
+// once tokens or JWTs are configured (config refuses an open process beyond loopback
+// unless auth.open says so).
+func opsGuard(cfg *config.Config) (func(http.Handler) http.Handler, error) {
+	tokens, j, err := authConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return snapshotapi.RequireScope(tokens, j, snapshotapi.ScopeOps)
 }
 
 // statusSource is what a status reads: the declared topics and the projections' groups, the

@@ -15,6 +15,7 @@ import (
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/ingress"
 	"github.com/jetbus/jetbus/internal/config"
+	"github.com/jetbus/jetbus/internal/process"
 	"github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/projection"
 	"github.com/jetbus/jetbus/snapshotapi"
@@ -58,6 +59,9 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 	checks := map[string][2]any{ // key path: {mapped value, package default}
 		"mongo.database":                {pc.Database, snapshotapi.DefaultDatabase},
 		"http.request_timeout":          {ac.RequestTimeout, snapshotapi.DefaultRequestTimeout},
+		"http.max_connections":          {cfg.HTTP.MaxConnections, process.DefaultMaxConnections},
+		"http.max_requests":             {cfg.HTTP.MaxRequests, process.DefaultMaxRequests},
+		"http.idle_timeout":             {cfg.HTTP.IdleTimeout, process.DefaultIdleTimeout},
 		"topics.partitions":             {tc.Partitions, jetstream.DefaultPartitions},
 		"topics.replicas":               {tc.Replicas, jetstream.DefaultReplicas},
 		"topics.duplicate_window":       {tc.DuplicateWindow, jetstream.DefaultDuplicateWindow},

@@ -90,9 +90,7 @@ func Open(ctx context.Context, cfg *config.Config, name string, needs Needs, log
 		t.Publisher = vbus
 	}
 	if needs.DLQ {
-		dc := dlqConfig(cfg.DLQ, true)
-		dc.Logger = log
-		if t.DLQ, err = dlq.Open(ctx, t.Bus.JetStream(), dc); err != nil {
+		if t.DLQ, err = dlq.Open(ctx, t.Bus.JetStream(), dlqConfig(cfg.DLQ, true), dlq.WithLogger(log)); err != nil {
 			return nil, err
 		}
 		t.res.add(t.DLQ.Close)
@@ -130,7 +128,7 @@ func (t *Tool) Rebuild(ctx context.Context, name string, ro projection.RebuildOp
 	for _, p := range t.Config.Projections {
 		if p.Name == name {
 			sh := &shared{env: &process.Env{Config: t.Config, Logger: t.Logger}, reg: t.Schemas}
-			return projection.Rebuild(ctx, projectionConfig(t.Config, p), t.Bus, t.Mongo, t.DLQ, ro, sh.projectionOptions()...)
+			return projection.Rebuild(ctx, t.Bus, t.Mongo, t.DLQ, projectionConfig(t.Config, p), ro, sh.projectionOptions()...)
 		}
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownProjection, name)

@@ -3,8 +3,6 @@ package wiring
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/jetbus/jetbus/internal/config"
@@ -22,7 +20,12 @@ import (
 // /openapi.json), one DLQ queue.
 func Projector(cfg *config.Config) (process.Spec, error) {
 	topics, listed := statusSource(cfg)
-	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0, Topics: topics, Groups: listed, Listed: listed}
+	guard, err := opsGuard(cfg)
+	if err != nil {
+		return process.Spec{}, err
+	}
+	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0, Topics: topics, Groups: listed, Listed: listed,
+		OpsGuard: guard}
 	spec.Setup = func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
 		res := &resources{}
 		defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind
@@ -39,7 +42,7 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 		}
 		opts := sh.projectionOptions()
 		for _, p := range cfg.Projections {
-			c, err := projection.NewChangelog(projectionConfig(cfg, p), env.Bus, env.Mongo, sh.q, opts...)
+			c, err := projection.NewChangelog(env.Bus, env.Mongo, sh.q, projectionConfig(cfg, p), opts...)
 			if err != nil {
 				return nil, fmt.Errorf("projection %s: %w", p.Name, err)
 			}
@@ -80,7 +83,7 @@ func apiComponent(ctx context.Context, sh *shared) (process.Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := snapshotapi.New(ac, snapshotapi.Deps{Mongo: env.Mongo, Schemas: sh.reg, Keys: env.Bus},
+	srv, err := snapshotapi.New(snapshotapi.Deps{Mongo: env.Mongo, Schemas: sh.reg, Keys: env.Bus}, ac,
 		snapshotapi.WithLogger(env.Logger.With("component", apiName)), snapshotapi.WithRegisterer(env.Metrics))
 	if err != nil {
 		return nil, err
@@ -114,12 +117,11 @@ func (c *api) Run(ctx context.Context) error {
 	if c.addr == "" {
 		return c.srv.Run(ctx)
 	}
-	ln, err := net.Listen("tcp", c.addr)
+	ln, err := c.env.Listen(c.addr)
 	if err != nil {
 		return fmt.Errorf("http.api_addr: %w", err)
 	}
-	hs := &http.Server{Handler: c.srv, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: c.timeout + 5*time.Second,
-		MaxHeaderBytes: snapshotapi.DefaultMaxHeaderBytes * 2}
+	hs := c.env.NewServer(c.srv)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cached := make(chan error, 1)

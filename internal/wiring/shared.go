@@ -33,9 +33,7 @@ func openShared(ctx context.Context, env *process.Env, res *resources, withDLQ b
 	res.add(reg.Close)
 	sh.reg = reg
 	if withDLQ {
-		dc := dlqConfig(env.Config.DLQ, false)
-		dc.Registerer, dc.Logger = env.Metrics, env.Logger
-		q, err := dlq.Open(ctx, env.Bus.JetStream(), dc)
+		q, err := dlq.Open(ctx, env.Bus.JetStream(), dlqConfig(env.Config.DLQ, false), dlq.WithRegisterer(env.Metrics), dlq.WithLogger(env.Logger))
 		if err != nil {
 			return nil, err
 		}
