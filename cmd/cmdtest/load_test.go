@@ -111,7 +111,7 @@ auth: {tokens: [{name: load, token: %s, views: [orders, ops]}]}
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if rss := residentBytes(p.cmd.Process.Pid); rss > rssMax.Load() {
+			if rss := residentBytes(p.Cmd.Process.Pid); rss > rssMax.Load() {
 				rssMax.Store(rss)
 			}
 			select {
