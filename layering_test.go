@@ -13,8 +13,8 @@ import (
 // examples/, e2e/, bench/ and internal/) may import: small rules with no process in them.
 // The others — config, process, ops, cli, wiring, devenv, devmode — belong to the processes
 // (docs/architecture.md, "Internal packages").
-var libraryInternals = []string{"internal/retry", "internal/streamscan", "internal/jsonenc", "internal/promreg",
-	"internal/mongoname", "internal/option"}
+var libraryInternals = []string{"internal/retry", "internal/streamscan", "internal/jsonenc", "internal/option",
+	"internal/promreg", "internal/mongoname"}
 
 func TestLibrariesImportOnlyLibraryInternals(t *testing.T) {
 	const module = "github.com/jetbus/jetbus/"

@@ -174,7 +174,7 @@ func TestCopyKilledHalfway(t *testing.T) {
 		atKill = savedPosition(t, e.bus.JetStream(), "copykill")
 		return atKill != nil && atKill.Copy != nil && atKill.Copy.Copied >= int64(n/3)
 	}, 60*time.Second, 5*time.Millisecond, "a third copied")
-	c.kill()
+	c.Kill()
 	atKill = savedPosition(t, e.bus.JetStream(), "copykill")
 	require.Equal(t, changefeed.PhaseCopy, atKill.Phase, "killed during the copy")
 	t.Logf("killed with %d of %d copied", atKill.Copy.Copied, atKill.Copy.Total)

@@ -131,7 +131,7 @@ func TestCrashMidStream(t *testing.T) {
 	for i := range kills {
 		before := e.count("crash.items")
 		require.Eventually(t, func() bool { return e.countNow("crash.items") >= before+150 }, 60*time.Second, 5*time.Millisecond, "kill %d: feed publishes", i)
-		c.kill()
+		c.Kill()
 		t.Logf("kill %d after %d events, %d changes made", i+1, e.count("crash.items"), w.made.Load())
 		c = startChild(t, spec)
 		children = append(children, c)
@@ -174,7 +174,7 @@ func TestStandbyTakeover(t *testing.T) {
 	w := startWriter(t, e.db.Collection("items"), 10, 2*time.Millisecond)
 	require.Eventually(t, func() bool { return e.countNow("standby.items") >= 200 }, 60*time.Second, 5*time.Millisecond)
 	before := savedPosition(t, e.bus.JetStream(), "standby")
-	children[active].kill()
+	children[active].Kill()
 	standby := map[string]string{"a": "b", "b": "a"}[active]
 	require.Eventually(t, func() bool { return leaseOwner(t, e, "standby") == standby }, 30*time.Second, 20*time.Millisecond, "the standby %s takes the lease", standby)
 	require.Eventually(t, func() bool {
@@ -193,7 +193,7 @@ func TestStandbyTakeover(t *testing.T) {
 func restartsWithDuplicates(children []*child) int {
 	n := 0
 	for _, c := range children {
-		if strings.Contains(c.out.String(), "dropped as duplicates") {
+		if strings.Contains(c.Output().String(), "dropped as duplicates") {
 			n++
 		}
 	}

@@ -228,7 +228,7 @@ func TestOutboxCrash(t *testing.T) {
 	}
 	e.waitEvents("obcrash.orders", n)
 	assert.EqualValues(t, n, e.outboxLen(), "published, not deleted: the deletes are held")
-	c.kill()
+	c.Kill()
 	require.NoError(t, e.db.Client().Database("admin").RunCommand(ctx,
 		bson.D{{Key: "configureFailPoint", Value: "failCommand"}, {Key: "mode", Value: "off"}}).Err())
 

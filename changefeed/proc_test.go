@@ -1,15 +1,12 @@
 package changefeed_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +18,7 @@ import (
 
 	"github.com/jetbus/jetbus/changefeed"
 	"github.com/jetbus/jetbus/dlq"
+	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/jetstream"
 )
 
@@ -37,10 +35,7 @@ type childSpec struct {
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		os.Exit(runChild(spec))
-	}
-	os.Exit(m.Run())
+	embeddedtest.TestMain(m, func() { os.Exit(runChild(os.Getenv(childEnv))) })
 }
 
 // runChild runs one feed or drainer as a process until SIGTERM (or SIGKILL).
@@ -99,27 +94,8 @@ func runChild(specJSON string) int {
 
 // child is a feed or drainer running as a process.
 type child struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	exited chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	*embeddedtest.Process
+	t *testing.T
 }
 
 // startChild re-executes the test binary as a process running spec.
@@ -127,44 +103,14 @@ func startChild(t *testing.T, spec childSpec) *child {
 	t.Helper()
 	b, err := json.Marshal(spec)
 	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(b))
-	c := &child{t: t, cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr, cmd.Stdout = c.out, c.out
-	require.NoError(t, cmd.Start())
-	go func() { _ = cmd.Wait(); close(c.exited) }()
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			t.Logf("child %d output:\n%s", cmd.Process.Pid, c.out)
-		}
-	})
-	return c
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (c *child) kill() {
-	select {
-	case <-c.exited:
-		return
-	default:
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-c.exited:
-	case <-time.After(10 * time.Second):
-		c.t.Errorf("child %d did not die after SIGKILL", c.cmd.Process.Pid)
-	}
+	cmd := embeddedtest.ChildCommand()
+	cmd.Env = append(cmd.Env, childEnv+"="+string(b))
+	return &child{Process: embeddedtest.Start(t, "child", cmd), t: t}
 }
 
 // stop sends SIGTERM and waits for a clean exit.
 func (c *child) stop() {
 	c.t.Helper()
-	require.NoError(c.t, c.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-c.exited:
-		require.Equal(c.t, 0, c.cmd.ProcessState.ExitCode(), "child exit status\n%s", c.out)
-	case <-time.After(30 * time.Second):
-		c.t.Fatalf("child did not stop within 30s of SIGTERM")
-	}
+	code, _ := c.Stop(syscall.SIGTERM, 30*time.Second)
+	require.Equal(c.t, 0, code, "child exit status\n%s", c.Output())
 }

@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -157,6 +153,7 @@ projections:
   - name: orders-view
     topic: orders
     collection: orders_view
+    indexes: [{fields: [status]}, {fields: [total]}]
   - name: customers-view
     topic: customers
     collection: customers_view
@@ -169,42 +166,13 @@ views:
 `, strings.Join(urls, ", "), s.mongoURI(), s.db)
 }
 
-// proc is one bridge, projector or counter process.
+// proc is one bridge, projector or counter process, named bridge-1, projector-2, counter-1, ….
 type proc struct {
-	s      *stack
-	name   string // bridge-1, projector-2, counter-1, …
-	kind   string // bridge, projector or counter
-	cmd    *exec.Cmd
-	logs   *logBuffer
-	addr   string // ops endpoints
-	api    string // the snapshot API (projectors)
-	exited chan struct{}
-	err    error
-}
-
-// logBuffer keeps a process's output: in memory for polling, and in a file.
-type logBuffer struct {
-	mu   sync.Mutex
-	b    bytes.Buffer
-	file *os.File
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, _ = l.file.Write(p)
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
-// tail returns the last n lines.
-func (l *logBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(l.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	*embeddedtest.Process
+	s    *stack
+	kind string // bridge, projector or counter
+	addr string // ops endpoints
+	api  string // the snapshot API (projectors)
 }
 
 // counterArgs run examples/counter on the stack: orders counted into e2e.order_counts.
@@ -220,45 +188,33 @@ func (s *stack) startProc(kind string) *proc {
 	s.counter[kind]++
 	name := fmt.Sprintf("%s-%d", kind, s.counter[kind])
 	s.mu.Unlock()
+	// The output is kept in memory for polling and in a file.
 	f, err := os.Create(filepath.Join(s.dir, name+".log"))
 	require.NoError(s.t, err)
-	p := &proc{s: s, name: name, kind: kind, logs: &logBuffer{file: f}, exited: make(chan struct{})}
+	s.t.Cleanup(func() { _ = f.Close() }) // after the process is gone: cleanups run last first
+	var cmd *exec.Cmd
 	if kind == "counter" {
-		p.cmd = exec.Command(filepath.Join(s.bin, kind), s.counterArgs()...)
+		cmd = exec.Command(filepath.Join(s.bin, kind), s.counterArgs()...)
 	} else {
-		p.cmd = exec.Command(filepath.Join(s.bin, kind), "run", "--config", s.config)
+		cmd = exec.Command(filepath.Join(s.bin, kind), "run", "--config", s.config)
 	}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	require.NoError(s.t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
-	s.t.Cleanup(func() {
-		if !p.done() {
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		_ = f.Close()
-		if s.t.Failed() {
-			s.t.Logf("%s (exit %v), last lines:\n%s", p.name, p.err, p.logs.tail(40))
-		}
-	})
+	cmd.Stdout, cmd.Stderr = f, f
+	p := &proc{Process: embeddedtest.Start(s.t, name, cmd), s: s, kind: kind}
 	if kind == "counter" {
 		// No endpoints: running once its projection consumes.
-		poll(60*time.Second, 20*time.Millisecond, func() bool { return hasLog(p.logs.String(), "counter running") || p.done() })
-		require.True(s.t, hasLog(p.logs.String(), "counter running"), "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
+		require.True(s.t, p.Await(60*time.Second, func(out string) bool { return hasLog(out, "counter running") }),
+			"%s exited: %v\n%s", name, p.Err(), p.Output().Tail(40))
 		s.mu.Lock()
 		s.procs = append(s.procs, p)
 		s.mu.Unlock()
 		return p
 	}
-	poll(60*time.Second, 20*time.Millisecond, func() bool { p.addr = listenAddr(p.logs.String()); return p.addr != "" || p.done() })
-	require.NotEmpty(s.t, p.addr, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
+	p.Await(60*time.Second, func(out string) bool { p.addr = listenAddr(out); return p.addr != "" })
+	require.NotEmpty(s.t, p.addr, "%s exited: %v\n%s", name, p.Err(), p.Output().Tail(40))
 	p.api = p.addr
 	if kind == "projector" {
-		poll(60*time.Second, 20*time.Millisecond, func() bool {
-			p.api = logAddr(p.logs.String(), "snapshot API listening")
-			return p.api != "" || p.done()
-		})
-		require.NotEmpty(s.t, p.api, "%s exited: %v\n%s", name, p.err, p.logs.tail(40))
+		p.Await(60*time.Second, func(out string) bool { p.api = logAddr(out, "snapshot API listening"); return p.api != "" })
+		require.NotEmpty(s.t, p.api, "%s exited: %v\n%s", name, p.Err(), p.Output().Tail(40))
 	}
 	var body string
 	require.Eventually(s.t, func() bool {
@@ -275,35 +231,6 @@ func (s *stack) startProc(kind string) *proc {
 
 // poll is embeddedtest.Poll.
 var poll = embeddedtest.Poll
-
-func (p *proc) done() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill() {
-	p.s.t.Helper()
-	require.NoError(p.s.t, p.cmd.Process.Signal(syscall.SIGKILL))
-	<-p.exited
-}
-
-// term sends SIGTERM and returns the exit code, failing when the process takes longer than
-// within.
-func (p *proc) term(within time.Duration) int {
-	p.s.t.Helper()
-	require.NoError(p.s.t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.exited:
-	case <-time.After(within):
-		p.s.t.Fatalf("%s did not exit within %s of SIGTERM", p.name, within)
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
 
 // get reads path from the ops endpoints, or from the snapshot API when path is under /v1/views.
 func (p *proc) get(path string) (int, string) {
@@ -332,7 +259,7 @@ func (s *stack) running(kind string) []*proc {
 	defer s.mu.Unlock()
 	var out []*proc
 	for _, p := range s.procs {
-		if p.kind == kind && !p.done() {
+		if p.kind == kind && !p.Exited() {
 			out = append(out, p)
 		}
 	}
@@ -346,14 +273,4 @@ func listenAddr(logs string) string { return logAddr(logs, "ops server listening
 func hasLog(logs, msg string) bool { return strings.Contains(logs, `"msg":"`+msg+`"`) }
 
 // logAddr finds the address in the first log line with message msg.
-func logAddr(logs, msg string) string {
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		var l struct{ Msg, Addr string }
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == msg {
-			return l.Addr
-		}
-	}
-	return ""
-}
+var logAddr = embeddedtest.LogAddr

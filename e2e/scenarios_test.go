@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestProjectorKills(t *testing.T) {
 		for _, kind := range []string{"projector", "counter"} {
 			ps := s.running(kind)
 			require.NotEmpty(t, ps)
-			ps[i%len(ps)].kill()
+			ps[i%len(ps)].Kill()
 			s.startProc(kind)
 		}
 	}
@@ -121,10 +122,10 @@ func TestBridgeKillChangefeed(t *testing.T) {
 	}()
 	ld.waitProgress(0.3, 2*time.Minute)
 	victim := s.activeFeed(t)
-	victim.kill()
-	t.Logf("SIGKILLed %s, which ran the changefeed", victim.name)
+	victim.Kill()
+	t.Logf("SIGKILLed %s, which ran the changefeed", victim.Name)
 	next := s.activeFeed(t)
-	assert.NotEqual(t, victim.name, next.name)
+	assert.NotEqual(t, victim.Name, next.Name)
 	s.startProc("bridge")
 	ld.waitProgress(0.6, 2*time.Minute)
 	cancel()
@@ -228,7 +229,8 @@ func TestMemberChurn(t *testing.T) {
 		for _, kind := range []string{"projector", "counter"} {
 			s.startProc(kind)
 			ps := s.running(kind)
-			assert.Equal(t, 0, ps[0].term(30*time.Second), "%s exits 0 on SIGTERM", ps[0].name)
+			code, _ := ps[0].Stop(syscall.SIGTERM, 30*time.Second)
+			assert.Equal(t, 0, code, "%s exits 0 on SIGTERM", ps[0].Name)
 		}
 	}
 	s.finishScenario(t, ld, "projector and counter churn (8 joins and leaves each)")
@@ -241,7 +243,8 @@ func TestRestartAll(t *testing.T) {
 	ld.waitProgress(0.4, 2*time.Minute)
 	for _, kind := range []string{"bridge", "projector", "counter"} {
 		for _, p := range s.running(kind) {
-			assert.Equal(t, 0, p.term(30*time.Second), "%s exits 0 on SIGTERM", p.name)
+			code, _ := p.Stop(syscall.SIGTERM, 30*time.Second)
+			assert.Equal(t, 0, code, "%s exits 0 on SIGTERM", p.Name)
 		}
 	}
 	t.Log("every process stopped")

@@ -85,8 +85,8 @@ func TestSmoke(t *testing.T) {
 	ld.waitProgress(0.25, 60*time.Second)
 	for _, kind := range []string{"projector", "counter"} {
 		victim := s.running(kind)[0]
-		victim.kill()
-		t.Logf("SIGKILLed %s at %d acknowledged", victim.name, ld.acked())
+		victim.Kill()
+		t.Logf("SIGKILLed %s at %d acknowledged", victim.Name, ld.acked())
 		s.startProc(kind)
 	}
 

@@ -5,4 +5,10 @@
 // Every test in the project starts its own servers through this package; no test talks to a
 // server it did not start. Setting JETBUS_TEST_MONGO_URI points the MongoDB helpers at a real
 // replica set instead of the test backend.
+//
+// It also runs the programs under test as processes: Start runs a command as a child of the
+// test, collects its output, stops it by a signal (Process.Stop, Process.Kill) and kills it
+// when the test ends; TestMain and ChildCommand make the test binary, re-executed, the program
+// itself (its main). SyncBuffer is the buffer such output is polled from, and Poll the one
+// deadline-bound wait.
 package embeddedtest

@@ -1,16 +1,13 @@
 package projection_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -93,65 +90,19 @@ func signalled() <-chan struct{} {
 	return done
 }
 
-// child is a running subprocess.
-type child struct {
-	cmd *exec.Cmd
-	out *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func startChild(t *testing.T, e *env, mode string) *child {
+// startChild starts this test binary again as a subprocess running TestChild in mode.
+func startChild(t *testing.T, e *env, mode string) *embeddedtest.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), childMode+"="+mode, childNATS+"="+e.url, childMongo+"="+embeddedtest.MongoURI(t), childDB+"="+e.db.Name())
-	c := &child{cmd: cmd, out: &lockedBuffer{}}
-	cmd.Stdout, cmd.Stderr = c.out, c.out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("child %d output:\n%s", cmd.Process.Pid, tail(c.out.String(), 4000))
-		}
-	})
-	return c
+	cmd := embeddedtest.ChildCommand("-test.run=^TestChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(cmd.Env, childMode+"="+mode, childNATS+"="+e.url, childMongo+"="+embeddedtest.MongoURI(t), childDB+"="+e.db.Name())
+	return embeddedtest.Start(t, "child "+mode, cmd)
 }
 
-func (c *child) kill(t *testing.T) {
+// terminate stops a child with SIGTERM and requires a clean exit.
+func terminate(t *testing.T, c *embeddedtest.Process) {
 	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
-	_ = c.cmd.Wait()
-}
-
-func (c *child) terminate(t *testing.T) {
-	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, c.cmd.Wait(), tail(c.out.String(), 4000))
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
+	code, _ := c.Stop(syscall.SIGTERM, time.Minute)
+	require.Equal(t, 0, code, c.Output().Tail(50))
 }
 
 // TestExactlyOnceUnderSIGKILL: a transactional projection whose handler $incs a counter per
@@ -171,14 +122,14 @@ func TestExactlyOnceUnderSIGKILL(t *testing.T) {
 		require.Eventually(t, func() bool { return counter(t, e.db, "all") > last }, 60*time.Second, 5*time.Millisecond,
 			"kill %d: no progress", k)
 		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
-		c.kill(t)
+		c.Kill()
 		last = counter(t, e.db, "all")
 		t.Logf("kill %d: counter %d of %d", k+1, last, events)
 		require.LessOrEqual(t, last, int64(events), "an event applied twice")
 	}
 	c := startChild(t, e, "tx")
 	e.waitLag("orders-tx", 120*time.Second)
-	c.terminate(t)
+	terminate(t, c)
 	assert.Equal(t, int64(events), counter(t, e.db, "all"))
 	for k := range 97 {
 		want := int64(events / 97)
@@ -219,14 +170,14 @@ func TestReplicasUnderSIGKILL(t *testing.T) {
 		for _, p := range c.Partitions {
 			acked += p.AckFloor
 		}
-		return acked > 0 && strings.Contains(a.out.String(), "child running") && strings.Contains(b.out.String(), "child running")
+		return acked > 0 && strings.Contains(a.Output().String(), "child running") && strings.Contains(b.Output().String(), "child running")
 	}, 60*time.Second, 10*time.Millisecond)
 	time.Sleep(time.Duration(100+rand.IntN(200)) * time.Millisecond)
-	a.kill(t)
+	a.Kill()
 	<-published
 	e.requirePublished()
 	e.waitLag("orders-view", 120*time.Second)
-	b.terminate(t)
+	terminate(t, b)
 
 	single := e.config("single")
 	single.Collection = "single"

@@ -70,6 +70,23 @@ type docCache struct {
 	seq     uint64            // counts invalidations
 	readers map[uint64]int    // readers in flight, by the seq they began at
 	recent  map[docKey]uint64 // invalidations readers in flight may not have seen
+
+	// onCheckpoint is told of every write to a checkpoint of db (read-your-writes waits on
+	// it); onRestart when a stream (re)opens and may have missed some.
+	onCheckpoint func(db, id string)
+	onRestart    func()
+}
+
+// streaming reports whether db's change stream runs and has caught up lately: then it
+// reports checkpoint writes (onCheckpoint). A nil cache never streams.
+func (c *docCache) streaming(db string) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.usable(db)
+	return ok
 }
 
 func newDocCache(maxBytes int64) *docCache {
@@ -262,6 +279,9 @@ func (c *docCache) feedOnce(ctx context.Context, client *mongo.Client, db string
 	defer cs.Close(context.WithoutCancel(ctx))
 	// The stream is open: changes from now on reach it. Entries read from now on may be kept.
 	c.reset(db, true)
+	if c.onRestart != nil {
+		c.onRestart()
+	}
 	var getMoreAt time.Time
 	for {
 		if cs.RemainingBatchLength() == 0 {
@@ -297,6 +317,9 @@ func (c *docCache) apply(db string, ev bson.Raw) bool {
 	case "insert", "update", "replace", "delete":
 		if key, ok := d.Lookup("documentKey", "_id").StringValueOK(); ok {
 			c.invalidate(docKey{db, coll, key})
+			if coll == CheckpointsCollection && c.onCheckpoint != nil {
+				c.onCheckpoint(db, key)
+			}
 		}
 		return true
 	case "invalidate":

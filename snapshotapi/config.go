@@ -43,6 +43,8 @@ const (
 	DefaultMaxHeaderBytes = 16 << 10
 	DefaultMaxBodyBytes   = 1 << 10
 	DefaultCacheBytes     = 32 << 20
+	DefaultMaxWaits       = 1024
+	DefaultMaxPageBytes   = 4 << 20
 	DefaultScopeClaim     = "views"
 	DefaultJWTLeeway      = 30 * time.Second
 	// MinCursorKeyBytes is the shortest Config.CursorKey accepted.
@@ -161,6 +163,13 @@ type Config struct {
 	// CacheBytes bounds the document cache (default DefaultCacheBytes; negative: no cache).
 	// The cache is live only while Run runs (see the package doc).
 	CacheBytes int64
+	// MaxWaits bounds the requests waiting for ?after= at once (default DefaultMaxWaits);
+	// one more gets 503 unavailable with Retry-After.
+	MaxWaits int
+	// MaxPageBytes bounds the documents of one list page, as stored (default
+	// DefaultMaxPageBytes): a page that would hold more ends early, with its next link, but
+	// always holds one document.
+	MaxPageBytes int
 }
 
 // Validate reports whether c is usable; errors wrap ErrInvalidConfig and name the field.
@@ -235,8 +244,8 @@ func (c Config) Validate() error {
 	if c.MaxWait > 0 && c.DefaultWait > c.MaxWait {
 		return fmt.Errorf("%w: DefaultWait %s exceeds MaxWait %s", ErrInvalidConfig, c.DefaultWait, c.MaxWait)
 	}
-	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 {
-		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes and MaxBodyBytes may not be negative", ErrInvalidConfig)
+	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 || c.MaxPageBytes < 0 {
+		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits and MaxPageBytes may not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -365,6 +374,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CacheBytes == 0 {
 		c.CacheBytes = DefaultCacheBytes
+	}
+	if c.MaxWaits == 0 {
+		c.MaxWaits = DefaultMaxWaits
+	}
+	if c.MaxPageBytes == 0 {
+		c.MaxPageBytes = DefaultMaxPageBytes
 	}
 	if c.JWT.ScopeClaim == "" {
 		c.JWT.ScopeClaim = DefaultScopeClaim

@@ -3,15 +3,18 @@ package snapshotapi_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/jetstream"
+	"github.com/jetbus/jetbus/snapshotapi"
 )
 
 // TestReadYourWrites publishes an update and reads the key with after=<partition>:<seq>,
@@ -101,4 +104,57 @@ func TestReadYourWrites(t *testing.T) {
 		require.Equal(t, 503, r.StatusCode)
 		assert.Equal(t, "not_applied", r.errorCode(t))
 	})
+}
+
+// checkpointFinds counts the find commands on jetbus_checkpoints among the API's.
+func (a *api) checkpointFinds() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, f := range a.finds {
+		if id, ok := f.Lookup("_id").StringValueOK(); ok && strings.Contains(id, "/orders/p") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWaitsAreWokenByProgress: with the change stream running, requests waiting for a
+// position read the checkpoint when the projection writes it, not on a polling schedule;
+// the projection's write answers every waiter at once; one waiter beyond MaxWaits gets 503.
+func TestWaitsAreWokenByProgress(t *testing.T) {
+	ctx := context.Background()
+	a := newAPI(t, true, withConfig(func(c *snapshotapi.Config) { c.MaxWaits = 20 }))
+	a.put("orders", doc("k", 1, t0, nil))
+	checkpoints := a.db.Collection(snapshotapi.CheckpointsCollection)
+	id := snapshotapi.CheckpointID("orders-view", "orders", 1)
+	_, err := checkpoints.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "seq", Value: int64(1)}})
+	require.NoError(t, err)
+	eventually(t, func() bool { return a.get("/v1/views/orders/k?after=1:1").StatusCode == 200 }, "the first position is applied")
+	eventually(t, func() bool { _, asked := a.served("k"); return !asked }, "the change stream runs: reads come from the cache")
+
+	// 20 requests wait for seq 10 of partition 1 for up to 5 s.
+	before := a.checkpointFinds()
+	codes := make(chan int, 21)
+	for range 20 {
+		go func() { codes <- a.get("/v1/views/orders/k?after=1:10&wait=5s").StatusCode }()
+	}
+	require.True(t, embeddedtest.Poll(5*time.Second, 5*time.Millisecond, func() bool { return a.checkpointFinds()-before >= 20 }),
+		"each waiter reads the checkpoint once")
+	// The 21st is refused at once.
+	r := a.get("/v1/views/orders/k?after=1:10&wait=5s")
+	assert.Equal(t, 503, r.StatusCode)
+	assert.Equal(t, snapshotapi.CodeUnavailable, r.errorCode(t))
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	// Quiet for 300 ms: polling (2 ms doubling to 50 ms) would read about 10 times per waiter.
+	quiet := time.Now()
+	require.False(t, embeddedtest.Poll(300*time.Millisecond, 10*time.Millisecond, func() bool { return a.checkpointFinds()-before > 20 }),
+		"no waiter reads the checkpoint again while it does not change (%d reads in %s)", a.checkpointFinds()-before, time.Since(quiet))
+	_, err = checkpoints.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "seq", Value: int64(10)}}}})
+	require.NoError(t, err)
+	start := time.Now()
+	for range 20 {
+		assert.Equal(t, 200, <-codes)
+	}
+	assert.Less(t, time.Since(start), 2*time.Second, "the write woke them, not their 5 s wait")
 }

@@ -49,19 +49,25 @@
 //     (UTC, fixed precision).
 //   - Pages are keyset-paged on (order field, _id): the cursor is the last document's order
 //     value (its BSON type and bytes) and _id, bound to the query (view, filters, order) and
-//     signed with HMAC-SHA256 (128-bit tag). It survives writes: a document that exists
+//     sealed with AES-256-GCM, so that it can be neither altered nor read (the order field may
+//     be one the view's fields hide). A page holds at most limit documents and
+//     Config.MaxPageBytes of them (at least one): past that budget it ends early, with its
+//     next link. A cursor survives writes: a document that exists
 //     throughout a walk, and whose order field does not change, is returned exactly once.
 //     Values of different BSON types follow MongoDB's sort brackets; order fields should hold
 //     scalars (MongoDB sorts arrays by their least or greatest element, which keysets do not
-//     follow). The signing key must be the same on every replica: LoadCursorKey keeps one in
+//     follow). The cursor key must be the same on every replica: LoadCursorKey keeps one in
 //     the NATS KV bucket jetbus_snapshotapi, created once by whichever replica comes first, so
 //     nobody has to configure a secret. A cursor from another key, query or version of the
 //     API is a 400 bad_cursor: start the walk again.
-//   - Read-your-writes polls the checkpoint of each position's partition (2 ms doubling to
-//     50 ms) until it reaches the position or the wait (default 2 s, at most 10 s, and never
-//     past the request timeout) runs out: then 503 not_applied, Retry-After: 1 and details
-//     saying how far behind the view is. The read that follows goes to MongoDB, not to the
-//     cache.
+//   - Read-your-writes waits until the checkpoint of each position's partition reaches the
+//     position or the wait (default 2 s, at most 10 s, and never past the request timeout)
+//     runs out: then 503 not_applied, Retry-After: 1 and details saying how far behind the
+//     view is. While Run's change stream on the view's database runs, a waiting request
+//     reads the checkpoint again only when the stream reports a write to it (and at least
+//     once a second); without it, it polls (2 ms doubling to 50 ms). At most
+//     Config.MaxWaits requests wait at once (503 unavailable beyond). The read that follows
+//     goes to MongoDB, not to the cache.
 //   - The live collection of a view comes from jetbus_projections (after a rebuild), cached
 //     for at most a second, one query at a time per view.
 //   - A document cache (Config.CacheBytes, LRU) answers repeated and conditional reads by

@@ -197,8 +197,16 @@ func (s *Server) getList(c echo.Context) error {
 	if err != nil {
 		return s.dbError(ctx, err)
 	}
+	// A page holds at most limit documents and MaxPageBytes of them (at least one): past the
+	// budget the page ends early and its next link goes on from there.
 	var docs []bson.Raw
+	size, cut := 0, false
 	for cur.Next(ctx) {
+		if len(docs) > 0 && size+len(cur.Current) > s.cfg.MaxPageBytes && len(docs) < lp.limit+1 {
+			cut = true
+			break
+		}
+		size += len(cur.Current)
 		docs = append(docs, append(bson.Raw(nil), cur.Current...))
 	}
 	err = cur.Err()
@@ -207,8 +215,8 @@ func (s *Server) getList(c echo.Context) error {
 		return s.dbError(ctx, err)
 	}
 	next := ""
-	if len(docs) > lp.limit {
-		docs = docs[:lp.limit]
+	if len(docs) > lp.limit || cut {
+		docs = docs[:min(len(docs), lp.limit)]
 		if ks, ok := keysetOf(docs[len(docs)-1], lp.order); ok {
 			next = s.cursors.encode(binding, ks)
 		}

@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jetbus/jetbus/snapshotapi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -156,4 +158,32 @@ func TestCursorHidesTheOrderField(t *testing.T) {
 	r = a.get(m[1])
 	require.Equal(t, 200, r.StatusCode, "the cursor still pages")
 	assert.Equal(t, []string{"k1"}, ids(t, r))
+}
+
+// TestPageByteBudget: a page ends early, with its next link, when its documents would pass
+// MaxPageBytes; walking the links still returns every document once.
+func TestPageByteBudget(t *testing.T) {
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.MaxPageBytes = 1 << 20 }))
+	big := strings.Repeat("x", 300<<10)
+	for i := range 5 {
+		a.put("orders", doc(fmt.Sprintf("k%d", i), 1, t0, bson.D{{Key: "note", Value: big}}))
+	}
+	var got []string
+	path := "/v1/views/orders?limit=5"
+	pages := 0
+	for path != "" {
+		r := a.get(path)
+		require.Equal(t, 200, r.StatusCode)
+		page := ids(t, r)
+		assert.LessOrEqual(t, len(page)*len(big), 1<<20, "a page stays within its budget")
+		assert.NotEmpty(t, page)
+		got = append(got, page...)
+		pages++
+		path = ""
+		if m := nextLinkPattern.FindStringSubmatch(r.Header.Get("Link")); m != nil {
+			path = m[1]
+		}
+	}
+	assert.Equal(t, []string{"k0", "k1", "k2", "k3", "k4"}, got)
+	assert.Greater(t, pages, 1, "the budget cut the page")
 }

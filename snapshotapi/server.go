@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -89,6 +90,7 @@ type Server struct {
 	cursors cursorCodec
 	cache   *docCache
 	known   checkpointKnown
+	waiting atomic.Int64 // requests waiting for ?after=
 	metrics *metrics
 	log     *slog.Logger
 	echo    *echo.Echo
@@ -132,6 +134,10 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
 		metrics: m, log: o.log, now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	if s.cache != nil {
+		s.cache.onCheckpoint = func(db, id string) { s.known.wrote(db + "\x00" + id) }
+		s.cache.onRestart = s.known.wroteAll
+	}
 	for _, v := range cfg.Views {
 		vw := newView(v, deps.Mongo)
 		s.views[v.Name] = vw

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,23 +23,6 @@ import (
 	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/internal/ops"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestRunChangefeedsAndOutbox: `bridge run` with a changefeed and an outbox declared publishes
 // a collection's changes (validated by the topic's schema; a change the schema refuses is
@@ -87,13 +66,13 @@ shutdown:
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr embeddedtest.SyncBuffer
 	exited := make(chan int, 1)
 	go func() {
 		exited <- run(ctx, []string{"run", "--config", cfgFile, "--nats-url", s.ClientURL(), "--mongo-uri", uri, "--http-addr", "127.0.0.1:0"}, &stdout, &stderr)
 	}()
 	var addr string
-	require.Eventually(t, func() bool { addr = opsAddr(stderr.String()); return addr != "" }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { addr = embeddedtest.LogAddr(stderr.String(), "ops server listening"); return addr != "" }, 30*time.Second, 10*time.Millisecond)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -195,16 +174,4 @@ shutdown:
 	}
 	assert.Contains(t, stderr.String(), `"component":"changefeed/customers-cdc"`)
 	assert.NotContains(t, stderr.String(), "release failed")
-}
-
-// opsAddr finds the address of the "ops server listening" log line.
-func opsAddr(logs string) string {
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	for sc.Scan() {
-		var l struct{ Msg, Addr string }
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "ops server listening" {
-			return l.Addr
-		}
-	}
-	return ""
 }

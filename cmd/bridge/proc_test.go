@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -24,16 +23,8 @@ import (
 	"github.com/jetbus/jetbus/embeddedtest"
 )
 
-// mainEnv makes the test binary, re-executed, run main: the bridge as a process.
-const mainEnv = "JETBUS_BRIDGE_MAIN"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(mainEnv) == "1" {
-		main()
-		return
-	}
-	os.Exit(m.Run())
-}
+// TestMain: the test binary, re-executed by embeddedtest.ChildCommand, is the bridge.
+func TestMain(m *testing.M) { embeddedtest.TestMain(m, main) }
 
 // TestRunChangefeedProcess: `bridge run` as a process with a changefeed declared publishes a
 // MongoDB insert into the feed's topic, and on SIGTERM stops the feed, saves its position
@@ -54,26 +45,10 @@ changefeeds:
 shutdown:
   timeout: 20s
 `), 0o644))
-	var stderr lockedBuffer
-	cmd := exec.Command(os.Args[0], "run", "--config", cfgFile, "--nats-url", s.ClientURL(), "--mongo-uri", uri, "--http-addr", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
-	cmd.Stderr, cmd.Stdout = &stderr, io.Discard
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("bridge stderr:\n%s", stderr.String())
-		}
-	})
+	p := embeddedtest.Start(t, "bridge", embeddedtest.ChildCommand("run", "--config", cfgFile,
+		"--nats-url", s.ClientURL(), "--mongo-uri", uri, "--http-addr", "127.0.0.1:0"))
 	var addr string
-	require.Eventually(t, func() bool { addr = opsAddr(stderr.String()); return addr != "" }, 30*time.Second, 10*time.Millisecond)
+	require.True(t, p.Await(30*time.Second, func(out string) bool { addr = embeddedtest.LogAddr(out, "ops server listening"); return addr != "" }), "the bridge logs its ops address")
 	get := func(path string) (int, []byte) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -121,17 +96,11 @@ shutdown:
 	assert.Equal(t, "insert", m.Header.Get(changefeed.HeaderOp))
 	assert.JSONEq(t, `{"_id":"i1","qty":3}`, string(m.Data))
 
-	begin := time.Now()
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("bridge did not exit within 30s of SIGTERM")
-	}
-	assert.Equal(t, 0, cmd.ProcessState.ExitCode())
-	assert.Less(t, time.Since(begin), 10*time.Second, "nothing to drain: well within shutdown.timeout")
-	assert.Contains(t, stderr.String(), `"msg":"stopped"`)
-	assert.NotContains(t, stderr.String(), "release failed")
+	code, took := p.Stop(syscall.SIGTERM, 30*time.Second)
+	assert.Equal(t, 0, code)
+	assert.Less(t, took, 10*time.Second, "nothing to drain: well within shutdown.timeout")
+	assert.Contains(t, p.Output().String(), `"msg":"stopped"`)
+	assert.NotContains(t, p.Output().String(), "release failed")
 	require.True(t, saved())
 	assert.NotEqual(t, before, string(pos.Token), "the position saved on stop is past the insert")
 	info, err := st.Info(t.Context())

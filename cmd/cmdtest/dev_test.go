@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/jetbus/jetbus/embeddedtest"
 )
 
 func portFree(port int) bool {
@@ -44,31 +46,11 @@ func TestMakeDev(t *testing.T) {
 	cmd.Env = append(os.Environ(),
 		fmt.Sprintf("JETBUS_NATS_URLS=nats://127.0.0.1:%d", natsPort),
 		fmt.Sprintf("JETBUS_MONGO_URI=mongodb://127.0.0.1:%d/?replicaSet=rs0&directConnection=true", mongoPort))
-	stdout, stderr := &logBuffer{}, &logBuffer{}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("jetbus-dev stdout:\n%s\nstderr:\n%s", stdout, stderr)
-		}
-	})
-	require.Eventually(t, func() bool {
-		select {
-		case <-exited:
-			return true
-		default:
-		}
-		return strings.Contains(stdout.String(), "jetbus is running")
-	}, 90*time.Second, 50*time.Millisecond, "jetbus-dev becomes ready")
-	require.Contains(t, stdout.String(), "jetbus is running", "exited early")
+	stdout := &embeddedtest.SyncBuffer{} // stdout alone; Output has both streams
+	cmd.Stdout = stdout
+	p := embeddedtest.Start(t, "jetbus-dev", cmd)
+	running := func(string) bool { return strings.Contains(stdout.String(), "jetbus is running") }
+	require.True(t, p.Await(90*time.Second, running), "jetbus-dev becomes ready; exited: %v", p.Err())
 	assert.Contains(t, stdout.String(), "req in.orders", "prints how to publish through ingress")
 	assert.Contains(t, stdout.String(), fmt.Sprintf("curl -s http://127.0.0.1:%d/v1/views/orders/o-1", projPort), "prints how to read the view")
 
@@ -107,13 +89,8 @@ func TestMakeDev(t *testing.T) {
 	assert.Equal(t, 42.5, body["total"], "%v", body)
 
 	begin := time.Now()
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-exited:
-	case <-time.After(60 * time.Second):
-		t.Fatal("jetbus-dev did not exit within 60s of SIGTERM")
-	}
-	assert.Equal(t, 0, cmd.ProcessState.ExitCode(), "exit status")
+	code, _ := p.Stop(syscall.SIGTERM, 60*time.Second)
+	assert.Equal(t, 0, code, "exit status")
 	for _, port := range []int{natsPort, mongoPort, bridgePort, projPort} {
 		assert.Eventually(t, func() bool { return portFree(port) }, time.Until(begin.Add(5*time.Second))+time.Millisecond, 20*time.Millisecond,
 			"port %d still held 5 s after SIGTERM", port)

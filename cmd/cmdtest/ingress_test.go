@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestIngressProcess(t *testing.T) {
 		require.NoError(t, nc.Publish("in.orders", fmt.Appendf(nil, `{"id":%d}`, i+2)))
 	}
 	require.NoError(t, nc.Flush()) // the server has routed them all to the bridge
-	code, _ := p.stop(30 * time.Second)
+	code, _ := p.Stop(syscall.SIGTERM, 30*time.Second)
 	assert.Equal(t, 0, code, "stderr:\n%s", p.stderr)
 
 	js, err := natsjs.New(nc)

@@ -1,8 +1,6 @@
 package cmdtest
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,8 +8,6 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,73 +21,26 @@ import (
 
 const exampleConfig = "../../examples/jetbus.yaml"
 
-// proc is a binary running as a process.
+// proc is a binary running as a process; stdout and stderr hold each of its streams alone.
 type proc struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
-	stderr *logBuffer
-	stdout *logBuffer
-	addr   string
-	exited chan struct{}
-	err    error
+	*embeddedtest.Process
+	stdout, stderr *embeddedtest.SyncBuffer
+	addr           string
 }
 
-// logBuffer collects a process's output for polling.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
+// start starts bin and waits for it to log its ops address.
 func start(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: filepath.Base(bin), cmd: exec.Command(bin, args...), stderr: &logBuffer{}, stdout: &logBuffer{}, exited: make(chan struct{})}
-	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
-	require.NoError(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("%s stderr:\n%s", p.name, p.stderr)
-		}
+	p := &proc{stdout: &embeddedtest.SyncBuffer{}, stderr: &embeddedtest.SyncBuffer{}}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
+	p.Process = embeddedtest.Start(t, filepath.Base(bin), cmd)
+	p.Await(30*time.Second, func(string) bool {
+		p.addr = embeddedtest.LogAddr(p.stderr.String(), "ops server listening")
+		return p.addr != ""
 	})
-	require.Eventually(t, func() bool { p.addr = listenAddr(p.stderr.String()); return p.addr != "" || p.done() },
-		30*time.Second, 10*time.Millisecond, "%s logs its ops address", p.name)
-	require.NotEmpty(t, p.addr, "%s exited: %v\n%s", p.name, p.err, p.stderr)
+	require.NotEmpty(t, p.addr, "%s logs its ops address; exited: %v\n%s", p.Name, p.Err(), p.stderr)
 	return p
-}
-
-func (p *proc) done() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// listenAddr finds the address in the "ops server listening" log line.
-func listenAddr(logs string) string {
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	for sc.Scan() {
-		var l struct{ Msg, Addr string }
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "ops server listening" {
-			return l.Addr
-		}
-	}
-	return ""
 }
 
 func (p *proc) get(path string) (int, string) {
@@ -102,19 +51,6 @@ func (p *proc) get(path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// stop sends SIGTERM and returns the exit code and how long the process took.
-func (p *proc) stop(within time.Duration) (int, time.Duration) {
-	p.t.Helper()
-	begin := time.Now()
-	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.exited:
-	case <-time.After(within):
-		p.t.Fatalf("%s did not exit within %s of SIGTERM", p.name, within)
-	}
-	return p.cmd.ProcessState.ExitCode(), time.Since(begin)
 }
 
 // TestProcesses: both binaries start from the example configuration against an embedded
@@ -134,9 +70,9 @@ func TestProcesses(t *testing.T) {
 			var code int
 			code, body = p.get("/readyz")
 			return code == http.StatusOK
-		}, 30*time.Second, 20*time.Millisecond, "%s ready: %s", p.name, body)
+		}, 30*time.Second, 20*time.Millisecond, "%s ready: %s", p.Name, body)
 		for _, check := range []string{"[+]nats ok", "[+]jetstream ok", "[+]mongo ok", "[+]setup ok", "[+]components ok"} {
-			assert.Contains(t, body, check, p.name)
+			assert.Contains(t, body, check, p.Name)
 		}
 		code, body := p.get("/healthz")
 		assert.Equal(t, http.StatusOK, code)
@@ -178,9 +114,9 @@ func TestProcesses(t *testing.T) {
 	assert.Contains(t, bridge.stderr.String(), `"msg":"schema","topic":"orders","version":1`, "the schemas dir was pushed")
 
 	for _, p := range []*proc{bridge, projector} {
-		code, took := p.stop(30 * time.Second)
-		assert.Equal(t, 0, code, "%s exit status; stderr:\n%s", p.name, p.stderr)
-		assert.Less(t, took, 5*time.Second, "%s: nothing to drain, so well within shutdown.timeout", p.name)
+		code, took := p.Stop(syscall.SIGTERM, 30*time.Second)
+		assert.Equal(t, 0, code, "%s exit status; stderr:\n%s", p.Name, p.stderr)
+		assert.Less(t, took, 5*time.Second, "%s: nothing to drain, so well within shutdown.timeout", p.Name)
 		assert.Contains(t, p.stderr.String(), `"msg":"stopped"`)
 	}
 }
@@ -220,7 +156,7 @@ func TestDevMode(t *testing.T) {
 	assert.Contains(t, p.stdout.String(), fmt.Sprintf("dev mode: NATS nats://127.0.0.1:%d", natsPort))
 	nc := embeddedtest.Connect(t, fmt.Sprintf("nats://127.0.0.1:%d", natsPort))
 	assert.True(t, nc.IsConnected(), "the embedded NATS serves other clients")
-	code, _ := p.stop(30 * time.Second)
+	code, _ := p.Stop(syscall.SIGTERM, 30*time.Second)
 	assert.Equal(t, 0, code)
 }
 

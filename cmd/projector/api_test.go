@@ -49,7 +49,7 @@ topics:
 projections:
   - {name: orders-view, topic: orders, collection: orders}
 views:
-  - {name: orders, projection: orders-view, filters: {status: string}}
+  - {name: orders, projection: orders-view, filters: {status: string}, scan: true}
 auth:
   tokens:
     - {name: app, token: secret-token-0123456789, views: [orders, "topic:customers"]}

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -82,10 +79,7 @@ func rebuild(cmd *cobra.Command, cfg *config.Config, name string, ro projection.
 		defer cancel()
 	}
 	// The log and the progress lines share stderr from several goroutines.
-	errw := cmd.ErrOrStderr()
-	if _, ok := errw.(*os.File); !ok {
-		errw = &lockedWriter{w: errw}
-	}
+	errw := cli.SharedWriter(cmd.ErrOrStderr())
 	log := cli.NewLogger(errw, cfg.Log.Level)
 	t, err := wiring.Open(ctx, cfg, "projector rebuild", wiring.Needs{Schemas: true, DLQ: true, Mongo: true}, log)
 	if err != nil {
@@ -109,16 +103,4 @@ func rebuild(cmd *cobra.Command, cfg *config.Config, name string, ro projection.
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "rebuilt %s: generation %d, collection %s, group %s\n", name, live.Generation, live.Collection, live.Group)
 	return nil
-}
-
-// lockedWriter serializes writes to a writer that is not safe for concurrent use.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,72 +11,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/partition"
 )
 
-// childArgs carries the command line of a projector run as a subprocess (this test binary
-// again, in TestProcessChild), separated by \x1f.
-const childArgs = "JETBUS_PROJECTOR_CHILD_ARGS"
+// TestMain: the test binary, re-executed by embeddedtest.ChildCommand, is the projector.
+func TestMain(m *testing.M) { embeddedtest.TestMain(m, main) }
 
-// TestProcessChild is the body of a projector subprocess: main, with the arguments from the
-// environment. In a normal run it is skipped.
-func TestProcessChild(t *testing.T) {
-	args := os.Getenv(childArgs)
-	if args == "" {
-		t.Skip("runs only as a subprocess of the process tests")
-	}
-	ctx, stop := process.SignalContext(context.Background(), os.Stderr, os.Exit)
-	code := run(ctx, strings.Split(args, "\x1f"), os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// projectorProc is `projector run` as a process.
-type projectorProc struct {
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	exited chan struct{}
-	err    error
-}
-
-func startProjector(t *testing.T, args ...string) *projectorProc {
+// startProjector starts `projector args…` as a process.
+func startProjector(t *testing.T, args ...string) *embeddedtest.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestProcessChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, "\x1f"))
-	p := &projectorProc{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	require.NoError(t, cmd.Start())
-	go func() { p.err = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("projector %d output:\n%s", cmd.Process.Pid, p.out)
-		}
-	})
-	return p
+	return embeddedtest.Start(t, "projector", embeddedtest.ChildCommand(args...))
 }
 
 // TestSIGTERMReleasesLeases: two `projector run` processes share a projection's partitions;
@@ -128,13 +69,8 @@ func TestSIGTERMReleasesLeases(t *testing.T) {
 	}()
 
 	t0 := time.Now()
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-a.exited:
-		require.NoError(t, a.err, "SIGTERM: exit status 0")
-	case <-time.After(30 * time.Second):
-		t.Fatal("the projector did not exit after SIGTERM")
-	}
+	code, _ := a.Stop(syscall.SIGTERM, 30*time.Second)
+	require.Equal(t, 0, code, "SIGTERM: exit status 0")
 	require.Eventually(t, func() bool {
 		st := status()
 		return st != nil && len(st.Members) == 1 && st.Balanced()
@@ -156,11 +92,6 @@ func TestSIGTERMReleasesLeases(t *testing.T) {
 		return err == nil && c.Lag() == 0
 	}, 30*time.Second, 20*time.Millisecond)
 	assert.Equal(t, int64(10), d.count(t, "orders"))
-	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-b.exited:
-		require.NoError(t, b.err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the second projector did not exit after SIGTERM")
-	}
+	code, _ = b.Stop(syscall.SIGTERM, 30*time.Second)
+	require.Equal(t, 0, code)
 }

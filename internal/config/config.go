@@ -65,6 +65,7 @@ type HTTP struct {
 	MaxConnections int           `yaml:"max_connections" default:"8192" min:"1" desc:"Open connections a process accepts, on all its listeners; one more is answered 503 (Retry-After: 1) and closed (http_refused_total{limit=\"connections\"})."`
 	MaxRequests    int           `yaml:"max_requests" default:"1024" min:"1" desc:"Requests a process serves at once, but /healthz and /readyz; one more is answered 503 (Retry-After: 1) (http_refused_total{limit=\"requests\"})."`
 	IdleTimeout    time.Duration `yaml:"idle_timeout" default:"60s" min:"1" desc:"How long a keep-alive connection may stay idle before it is closed."`
+	MaxWaits       int           `yaml:"max_waits" default:"1024" min:"1" desc:"Snapshot API requests waiting for ?after= at once (woken by the projections' progress, not polling); one more is answered 503 (Retry-After: 1)."`
 	CORSOrigins    []string      `yaml:"cors_origins" desc:"Origins allowed to call the snapshot API from a browser (\"*\": any)." example:"[https://app.example.com]"`
 	APIAddr        string        `yaml:"api_addr" check:"addr" desc:"A separate listen address for the projector's snapshot API (host:port; port 0 picks a free one, logged at start). Empty (the default): the API is served on addr, beside the operations endpoints." example:"127.0.0.1:8090"`
 	Topics         []string      `yaml:"topics" check:"topic" desc:"Keyed topics whose keys the snapshot API serves from their streams at /v1/topics/{topic}/keys/{key}; each must be declared keyed in topics. A token reads one with the scope topic:<name>." example:"[customers]"`
@@ -168,11 +169,12 @@ type Index struct {
 type View struct {
 	Name         string            `yaml:"name" required:"true" check:"name" desc:"View name, the {view} of /v1/views/{view}." example:"orders"`
 	Projection   string            `yaml:"projection" required:"true" desc:"The projection whose collection the view reads." example:"orders-view"`
-	Filters      map[string]string `yaml:"filters" check:"field" enum:"string|number|bool|time" desc:"Fields a client may filter on (?field=op.value), each with its type." example:"{status: string, total: number, created: time}"`
+	Filters      map[string]string `yaml:"filters" check:"field" enum:"string|number|bool|time" desc:"Fields a client may filter on (?field=op.value), each with its type; each must lead an index of the projection (or be _id), unless scan is set." example:"{status: string, total: number, created: time}"`
 	Sort         []string          `yaml:"sort" check:"field" desc:"Fields a client may order by; each must lead an index of the projection (or be _id)." example:"[created]"`
 	Fields       []string          `yaml:"fields" check:"field" desc:"Fields returned (empty: the whole document)." example:"[status, total, created]"`
 	MaxLimit     int               `yaml:"max_limit" default:"100" min:"1" max:"1000" desc:"Largest page a list request may ask for."`
 	CacheControl string            `yaml:"cache_control" default:"no-cache" desc:"Cache-Control header of responses." example:"max-age=5"`
+	Scan         bool              `yaml:"scan" desc:"Allow filters on fields that lead no index of the projection: each such request may then scan the whole collection (for up to http.request_timeout). Without it, every filter field must lead one of the projection's indexes (or be _id)."`
 }
 
 // Auth configures the snapshot API's access control.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -133,13 +134,22 @@ func (c *Config) crossCheck(is *issues) {
 			continue
 		}
 		p := c.Projections[pi]
+		leads := func(f string) bool {
+			return f == "_id" || slices.ContainsFunc(p.Indexes, func(x Index) bool {
+				return len(x.Fields) > 0 && strings.TrimPrefix(x.Fields[0], "-") == f
+			})
+		}
 		for j, s := range v.Sort {
-			if s == "_id" || slices.ContainsFunc(p.Indexes, func(x Index) bool {
-				return len(x.Fields) > 0 && strings.TrimPrefix(x.Fields[0], "-") == s
-			}) {
-				continue
+			if !leads(s) {
+				is.add(fmt.Sprintf("views[%d].sort[%d]", i, j), "no index of projection %q leads with %q: declare one under its indexes", p.Name, s)
 			}
-			is.add(fmt.Sprintf("views[%d].sort[%d]", i, j), "no index of projection %q leads with %q: declare one under its indexes", p.Name, s)
+		}
+		if !v.Scan {
+			for _, f := range slices.Sorted(maps.Keys(v.Filters)) {
+				if !leads(f) {
+					is.add(fmt.Sprintf("views[%d].filters.%s", i, f), "no index of projection %q leads with %q, so each such request would scan the collection: declare an index under its indexes, or set scan: true to allow it", p.Name, f)
+				}
+			}
 		}
 	}
 

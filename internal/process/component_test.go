@@ -1,11 +1,9 @@
 package process_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -136,10 +134,9 @@ func TestRunnerReadyAndStatus(t *testing.T) {
 
 // TestSignalContext: the first SIGTERM cancels the context; a second exits at once with 1.
 func TestSignalContext(t *testing.T) {
-	var mu sync.Mutex
-	var stderr bytes.Buffer
+	var stderr embeddedtest.SyncBuffer
 	exited := make(chan int, 1)
-	ctx, stop := process.SignalContext(context.Background(), lockedWriter{&mu, &stderr}, func(code int) { exited <- code })
+	ctx, stop := process.SignalContext(context.Background(), &stderr, func(code int) { exited <- code })
 	defer stop()
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	select {
@@ -154,18 +151,5 @@ func TestSignalContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("second signal did not exit")
 	}
-	mu.Lock()
 	assert.Contains(t, stderr.String(), "exiting without draining")
-	mu.Unlock()
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

@@ -62,6 +62,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"http.max_connections":          {cfg.HTTP.MaxConnections, process.DefaultMaxConnections},
 		"http.max_requests":             {cfg.HTTP.MaxRequests, process.DefaultMaxRequests},
 		"http.idle_timeout":             {cfg.HTTP.IdleTimeout, process.DefaultIdleTimeout},
+		"http.max_waits":                {ac.MaxWaits, snapshotapi.DefaultMaxWaits},
 		"topics.partitions":             {tc.Partitions, jetstream.DefaultPartitions},
 		"topics.replicas":               {tc.Replicas, jetstream.DefaultReplicas},
 		"topics.duplicate_window":       {tc.DuplicateWindow, jetstream.DefaultDuplicateWindow},
