@@ -130,6 +130,11 @@ func TestErrorCodes(t *testing.T) {
 		{"time not Unix ms", "in.orders", valid, []string{"x-ts", "yesterday"}, "reserved_header", "400", map[string]any{"header": "x-ts"}, "Unix milliseconds"},
 		{"empty tag", "in.orders", valid, []string{"x-tags", "a,,b"}, "reserved_header", "400", nil, "empty element"},
 		{"key twice", "in.orders", valid, []string{"x-key", "a", "x-key", "b"}, "reserved_header", "400", nil, "given 2 times"},
+		{"a DLQ replay's ID", "in.orders", valid, []string{jetbus.HeaderMsgID, "replay:ORDERS:1:billing"}, "reserved_header", "400",
+			map[string]any{"header": jetbus.HeaderMsgID}, "jetbus's own"},
+		{"a dead letter's ID", "in.orders", valid, []string{jetbus.HeaderMsgID, "dlq:ORDERS:7:billing"}, "reserved_header", "400", nil, "jetbus's own"},
+		{"nested too deep", "in.orders", []byte(strings.Repeat("[", jetbus.MaxJSONDepth+1) + strings.Repeat("]", jetbus.MaxJSONDepth+1)),
+			nil, "not_json", "400", map[string]any{"max_depth": float64(jetbus.MaxJSONDepth)}, "deeper than"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
