@@ -140,6 +140,7 @@ type Outbox struct {
 	Collection string        `yaml:"collection" required:"true" check:"collection" desc:"The outbox collection; documents {_id: event ID, topic, key, payload, headers, ts}." example:"outbox"`
 	After      string        `yaml:"after" default:"delete" enum:"delete|mark" desc:"What happens to a document once published: deleted, or marked sent and expired by a TTL index after retention."`
 	Retention  time.Duration `yaml:"retention" default:"24h" min:"1" desc:"How long sent documents are kept when after is mark."`
+	Topics     []string      `yaml:"topics" check:"topic" desc:"Topics its documents may name, each declared in topics (empty: every declared topic). A document naming another is dead-lettered and the drainer moves on: whoever can write the collection publishes only there." example:"[orders]"`
 }
 
 // Projection materializes a topic into a collection.
