@@ -109,6 +109,9 @@ func (g *Ingress) headers(it *item) *refusal {
 			if err != nil {
 				return bad("%q is not Unix milliseconds", v)
 			}
+			if d := time.Until(time.UnixMilli(ms)); d > g.cfg.TSWindow || d < -g.cfg.TSWindow {
+				return bad("%s is more than %s from the bridge's clock", time.UnixMilli(ms).UTC().Format(time.RFC3339), g.cfg.TSWindow)
+			}
 			it.opts = append(it.opts, jetbus.WithTS(time.UnixMilli(ms)))
 		case jetbus.HeaderSID:
 			it.opts = append(it.opts, jetbus.WithSID(v))

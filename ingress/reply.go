@@ -39,7 +39,7 @@ const (
 	// CodeReservedHeader: a header the Bus would refuse or ingress does not forward: a
 	// reserved prefix (x-dlq-, x-jetbus-), a custom name that is not x-[a-z0-9-]+, a NATS or
 	// JetStream directive (Nats-* other than Nats-Msg-Id), a value with a control character,
-	// a bad x-ts, an empty element in x-tags or x-caused-by, a key or Nats-Msg-Id longer than
+	// a bad x-ts (not Unix ms, or further than Config.TSWindow from the clock), an empty element in x-tags or x-caused-by, a key or Nats-Msg-Id longer than
 	// 1024 bytes, a Nats-Msg-Id with a prefix jetbus derives IDs from
 	// (jetbus.ReservedIDPrefixes: replay:, dlq:), or a header given twice.
 	CodeReservedHeader Code = "reserved_header"

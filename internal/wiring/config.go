@@ -104,6 +104,7 @@ func ingressConfig(cfg *config.Config) ingress.Config {
 		AckTimeout:     ic.AckTimeout,
 		DrainTimeout:   max(cfg.Shutdown.Timeout/2, time.Millisecond),
 		ReplyPrefixes:  ic.ReplyPrefixes,
+		TSWindow:       ic.TSWindow,
 	}
 }
 

@@ -74,6 +74,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"ingress.max_pending":           {ic.PendingMsgs, ingress.DefaultPendingMsgs},
 		"ingress.max_pending_bytes":     {ic.PendingBytes, ingress.DefaultPendingBytes},
 		"ingress.ack_timeout":           {ic.AckTimeout, ingress.DefaultAckTimeout},
+		"ingress.ts_window":             {ic.TSWindow, ingress.DefaultTSWindow},
 		"ingress.reply_prefixes":        {ic.ReplyPrefixes, ingress.DefaultReplyPrefixes},
 		"changefeeds.format":            {fc.Format, changefeed.DefaultFormat},
 		"changefeeds.full_document":     {fc.FullDocument, changefeed.DefaultFullDocument},
