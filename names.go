@@ -20,6 +20,11 @@ const (
 	MaxGroupLength = 100
 	// MaxKeyLength bounds an event key, in bytes.
 	MaxKeyLength = 1024
+	// MaxJSONDepth bounds how deep the arrays and objects of a payload nest. Publish refuses
+	// a deeper payload (ErrInvalidPayload), ingress refuses it (not_json), and a delivery of
+	// one is a decode failure (ErrDecode): refusing it costs a scan of the body, never a
+	// parser's recursion per level.
+	MaxJSONDepth = 128
 )
 
 // ReservedHeaderPrefixes are the custom header prefixes jetbus keeps for itself: the

@@ -91,3 +91,20 @@ func TestReservedAndControlCharacters(t *testing.T) {
 		t.Errorf("a reserved header set by a custom option: %v", err)
 	}
 }
+
+func TestReservedIDs(t *testing.T) {
+	for _, id := range []string{"replay:ORDERS:1:billing", "dlq:ORDERS:1:billing", "dlq:rejected:ingress:x"} {
+		_, err := ApplyPublishOptions(WithID(id))
+		if !errors.Is(err, ErrReservedHeader) {
+			t.Errorf("WithID(%q): %v, want ErrReservedHeader", id, err)
+		}
+		if _, err := ApplyPublishOptions(WithDerivedID(id)); err != nil {
+			t.Errorf("WithDerivedID(%q): %v", id, err)
+		}
+	}
+	for _, id := range []string{"order-1", "replay", "dlq-1", "Replay:1"} {
+		if _, err := ApplyPublishOptions(WithID(id)); err != nil {
+			t.Errorf("WithID(%q): %v", id, err)
+		}
+	}
+}

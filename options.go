@@ -56,8 +56,22 @@ func WithKey(key string) PublishOption {
 }
 
 // WithID sets the event ID instead of a fresh UUIDv7. Publishing the same ID twice within the
-// topic's duplicate window stores the event once. An ID holds no control characters.
+// topic's duplicate window stores the event once. An ID holds no control characters, and
+// does not start with a prefix jetbus derives IDs from (ReservedIDPrefixes:
+// ErrReservedHeader), so that no publisher can pass an event off as a DLQ replay.
 func WithID(id string) PublishOption {
+	return func(o *PublishOptions) error {
+		if p, ok := ReservedID(id); ok {
+			return fmt.Errorf("%w: event ID %q starts with %q, which jetbus derives its own IDs from", ErrReservedHeader, id, p)
+		}
+		return WithDerivedID(id)(o)
+	}
+}
+
+// WithDerivedID sets an event ID that jetbus derived itself, reserved prefix included (a DLQ
+// replay's "replay:…"). Only jetbus's own components use it: never pass it a value a client
+// sent (use WithID).
+func WithDerivedID(id string) PublishOption {
 	return func(o *PublishOptions) error {
 		if id == "" || controlChar(id) >= 0 {
 			return fmt.Errorf("%w: event ID %q is empty or holds a control character", ErrInvalidOption, id)
@@ -65,6 +79,21 @@ func WithID(id string) PublishOption {
 		o.ID = id
 		return nil
 	}
+}
+
+// ReservedIDPrefixes are the prefixes of the event IDs jetbus derives itself: a DLQ replay's
+// (replay:<stream>:<seq>:<group>) and a dead letter's (dlq:…). WithID and ingress refuse
+// them.
+var ReservedIDPrefixes = []string{"replay:", "dlq:"}
+
+// ReservedID reports whether id starts with one of ReservedIDPrefixes, and which.
+func ReservedID(id string) (prefix string, reserved bool) {
+	for _, p := range ReservedIDPrefixes {
+		if strings.HasPrefix(id, p) {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // WithTS sets the event time instead of now.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -42,6 +44,10 @@ type OutboxConfig struct {
 	// Retention is how long sent documents are kept with OutboxMark (default
 	// DefaultRetention, at least a second).
 	Retention time.Duration
+	// Topics are the topics its documents may name (empty: any). A document naming another
+	// is dead-lettered with reason changefeed, and the drainer moves on: whoever can write
+	// the outbox collection can publish only there.
+	Topics []string
 	// MaxInFlight bounds publishes awaiting acknowledgement (default DefaultMaxInFlight).
 	MaxInFlight int
 	// LeaseTTL, MemberID and Replicas as in Config.
@@ -302,6 +308,9 @@ func (d *Drainer) item(ctx context.Context, doc bson.Raw) (*item, error) {
 	}
 	e := &entry{step: step{kind: stepChange, lastID: idDoc}}
 	m, merr := outboxMessage(doc)
+	if merr == nil && len(d.cfg.Topics) > 0 && !slices.Contains(d.cfg.Topics, m.topic) {
+		merr = fmt.Errorf("%w: %s: topic %q is not one this outbox publishes to (%s)", ErrInvalidOutbox, m.id, m.topic, strings.Join(d.cfg.Topics, ", "))
+	}
 	e.step.key = m.key
 	switch {
 	case merr != nil && m.id == "":

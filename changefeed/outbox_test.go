@@ -160,7 +160,7 @@ func TestOutboxBadDocuments(t *testing.T) {
 	e := newEnv(t, "ob.orders")
 	ctx := t.Context()
 	outbox := e.db.Collection("outbox")
-	e.startDrainer(changefeed.OutboxConfig{Name: "bad"})
+	e.startDrainer(changefeed.OutboxConfig{Name: "bad", Topics: []string{"ob.orders"}})
 	oid := bson.NewObjectID()
 	docs := []bson.D{
 		{{Key: "_id", Value: "no-topic"}, {Key: "payload", Value: "{}"}},
@@ -170,6 +170,8 @@ func TestOutboxBadDocuments(t *testing.T) {
 		{{Key: "_id", Value: "bad-topic"}, {Key: "topic", Value: "in.orders"}, {Key: "payload", Value: "1"}},
 		{{Key: "_id", Value: "bad-key"}, {Key: "topic", Value: "ob.orders"}, {Key: "key", Value: "a\x00b"}, {Key: "payload", Value: "1"}},
 		{{Key: "_id", Value: "no-payload"}, {Key: "topic", Value: "ob.orders"}},
+		{{Key: "_id", Value: "other-topic"}, {Key: "topic", Value: "ob.refunds"}, {Key: "payload", Value: "1"}},
+		{{Key: "_id", Value: "replay:OB_ORDERS:1:billing"}, {Key: "topic", Value: "ob.orders"}, {Key: "payload", Value: "1"}},
 		{{Key: "_id", Value: oid}, {Key: "topic", Value: "ob.orders"}, {Key: "key", Value: "k"}, {Key: "payload", Value: bson.D{{Key: "a", Value: 1}}}},
 		{{Key: "_id", Value: "good"}, {Key: "topic", Value: "ob.orders"}, {Key: "payload", Value: `{"ok":true}`}},
 	}
@@ -184,7 +186,7 @@ func TestOutboxBadDocuments(t *testing.T) {
 			assert.JSONEq(t, `{"a":1}`, string(ev.Payload), "a BSON payload is published as JSON")
 		}
 	}
-	ls := letters(t, e.dlq, "outbox-bad", 7)
+	ls := letters(t, e.dlq, "outbox-bad", 9)
 	errs := map[string]string{}
 	for _, l := range ls {
 		errs[l.OriginalID] = l.Error
@@ -199,9 +201,11 @@ func TestOutboxBadDocuments(t *testing.T) {
 			assert.Equal(t, dlq.ReasonChangefeed, l.Header.Get(dlq.HeaderReason), "the document's x-dlq-reason does not reach the dead letter")
 		}
 	}
-	assert.Contains(t, errs["bad-topic"], "reserved prefix")
+	assert.Contains(t, errs["bad-topic"], `topic "in.orders" is not one this outbox publishes to`)
 	assert.Contains(t, errs["bad-key"], "control character")
 	assert.Contains(t, errs["no-payload"], "payload is missing")
+	assert.Contains(t, errs["other-topic"], `topic "ob.refunds" is not one this outbox publishes to`)
+	assert.Contains(t, errs["replay:OB_ORDERS:1:billing"], "jetbus derives its own IDs from", "no outbox document passes for a DLQ replay")
 	require.Eventually(t, func() bool { return e.outboxLen() == 0 }, 10*time.Second, 10*time.Millisecond, "every document settled")
 }
 

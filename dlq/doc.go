@@ -54,7 +54,12 @@
 //     Open before any delivery can run out); RunSweeper reads it, fetches the original by
 //     stream and sequence and stores the dead letter with reason "max-deliveries", retrying
 //     until the DLQ accepts it. The same path catches handlers that crashed, hung past the
-//     ack timeout on every attempt, or ran in a process that died.
+//     ack timeout on every attempt, or ran in a process that died. An advisory is only a
+//     message anyone allowed on its subject could publish, so nothing is copied before the
+//     server confirms it: the stream is a topic's (never a KV or the DLQ's own), the message
+//     is an event of that topic, the consumer is the jetbus consumer of its partition, it
+//     delivered the message MaxDeliver times and has not acknowledged it. Others are dropped
+//     and counted (dlq_advisories_refused_total).
 //  6. A body that is not JSON never reaches the handler: the Bus marks the delivery with
 //     DecodeErr and the middleware dead-letters it at once with reason "decode" (step 3).
 //

@@ -11,6 +11,9 @@ type metrics struct {
 	replayed    *prometheus.CounterVec
 	discarded   *prometheus.CounterVec
 	parkedKeys  prometheus.Gauge
+	// advisories counts MAX_DELIVERIES advisories the server did not confirm (forged or
+	// out of date): nothing was moved for them.
+	advisories prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -22,8 +25,10 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		replayed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_replayed_total", Help: "Dead letters replayed to their topic."}, []string{"topic"}),
 		discarded:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_discarded_total", Help: "Dead letters discarded."}, []string{"topic"}),
 		parkedKeys:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "dlq_parked_keys", Help: "Keys parked behind a dead letter, as this process sees them."}),
+		advisories: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_advisories_refused_total",
+			Help: "MAX_DELIVERIES advisories the server did not confirm (forged, or out of date): nothing was moved."}),
 	}
-	for _, c := range []prometheus.Collector{m.deadLetters, m.replayed, m.discarded, m.parkedKeys} {
+	for _, c := range []prometheus.Collector{m.deadLetters, m.replayed, m.discarded, m.parkedKeys, m.advisories} {
 		if err := r.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -38,6 +43,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 				m.discarded = are.ExistingCollector.(*prometheus.CounterVec)
 			case m.parkedKeys:
 				m.parkedKeys = are.ExistingCollector.(prometheus.Gauge)
+			case m.advisories:
+				m.advisories = are.ExistingCollector.(prometheus.Counter)
 			}
 		}
 	}
@@ -65,5 +72,11 @@ func (m *metrics) discard(topic string) {
 func (m *metrics) parked(delta float64) {
 	if m != nil {
 		m.parkedKeys.Add(delta)
+	}
+}
+
+func (m *metrics) advisoryRefused() {
+	if m != nil {
+		m.advisories.Inc()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -140,6 +141,7 @@ type Queue struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	advLog  atomic.Int64 // Unix nanoseconds of the last warning about a refused advisory
 
 	parkKV   natsjs.KeyValue
 	replayKV natsjs.KeyValue

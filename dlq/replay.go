@@ -150,7 +150,7 @@ func (q *Queue) replayOne(ctx context.Context, pub Publisher, s natsjs.Stream, l
 			return nil, fmt.Errorf("transform: %w", err)
 		}
 	}
-	opts := []jetbus.PublishOption{jetbus.WithID(ReplayID(l))}
+	opts := []jetbus.PublishOption{jetbus.WithDerivedID(ReplayID(l))}
 	if l.OriginalID != "" {
 		opts = append(opts, jetbus.WithCausedBy(l.OriginalID))
 	}

@@ -41,6 +41,10 @@ func TestNoPublisherMakesAGroupSkipAnEvent(t *testing.T) {
 	assert.ErrorIs(t, err, jetbus.ErrReservedHeader)
 	_, err = e.bus.Publish(ctx, "mail", body{N: 1}, jetbus.WithKey("k\r\nx-dlq-replay-group: sender"))
 	assert.ErrorIs(t, err, jetbus.ErrInvalidKey, "a header smuggled in a key")
+	for _, id := range []string{"replay:MAIL:1:sender", "dlq:MAIL:1:sender"} {
+		_, err = e.bus.Publish(ctx, "mail", body{N: 1}, jetbus.WithID(id))
+		assert.ErrorIs(t, err, jetbus.ErrReservedHeader, "an ID shaped like jetbus's own: %s", id)
+	}
 
 	// From a raw client: the header, and an ID shaped like a replay's, are only data.
 	forged := []*nats.Msg{

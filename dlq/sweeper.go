@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -93,7 +94,11 @@ func (q *Queue) sweep(ctx context.Context, data []byte) error {
 		q.log.Error("sweeper: unreadable advisory dropped", "err", err, "advisory", string(data))
 		return nil
 	}
-	if adv.Stream == StreamName || adv.Stream == AdvisoryStreamName {
+	// Anyone who may publish on the advisory subjects can forge an advisory: nothing is read
+	// from a stream that is not a topic's, and nothing is copied before the server confirms
+	// that a jetbus consumer of that topic gave up on that very message.
+	if adv.Stream == StreamName || adv.Stream == AdvisoryStreamName || strings.HasPrefix(adv.Stream, "KV_") || strings.HasPrefix(adv.Stream, "OBJ_") {
+		q.refuseAdvisory(adv, "not a topic's stream")
 		return nil
 	}
 	s, err := q.js.Stream(ctx, adv.Stream)
@@ -110,9 +115,16 @@ func (q *Queue) sweep(ctx context.Context, data []byte) error {
 	} else if err != nil {
 		return err
 	}
-	topic, _, tok, ok := jetbus.ParseSubject(raw.Subject)
-	if !ok {
-		topic = raw.Subject
+	topic, partition, tok, ok := jetbus.ParseSubject(raw.Subject)
+	if !ok || jetbus.StreamName(topic) != adv.Stream {
+		q.refuseAdvisory(adv, "the message is not an event of a topic's stream")
+		return nil
+	}
+	if why, err := q.confirm(ctx, s, adv, partition); err != nil {
+		return err
+	} else if why != "" {
+		q.refuseAdvisory(adv, why)
+		return nil
 	}
 	key := raw.Header.Get(jetbus.HeaderKey)
 	if key == "" && tok != "" {
@@ -150,4 +162,42 @@ func groupOf(consumer string) string {
 		return consumer
 	}
 	return consumer[:i]
+}
+
+// confirm asks the server whether adv is true: its consumer is the jetbus consumer of the
+// message's partition, it delivered the message at least MaxDeliver times, and the message
+// is not acknowledged. It returns why not, or "".
+func (q *Queue) confirm(ctx context.Context, s natsjs.Stream, adv maxDeliveriesAdvisory, partition int) (string, error) {
+	group := groupOf(adv.Consumer)
+	if group == adv.Consumer || jetbus.ConsumerName(group, partition) != adv.Consumer {
+		return "not the jetbus consumer of the message's partition", nil
+	}
+	c, err := s.Consumer(ctx, adv.Consumer)
+	if errors.Is(err, natsjs.ErrConsumerNotFound) {
+		return "no such consumer", nil
+	} else if err != nil {
+		return "", err
+	}
+	info := c.CachedInfo()
+	switch {
+	case info.Config.MaxDeliver <= 0 || adv.Deliveries < info.Config.MaxDeliver:
+		return fmt.Sprintf("the consumer delivers up to %d times, the advisory says %d", info.Config.MaxDeliver, adv.Deliveries), nil
+	case info.Delivered.Stream < adv.StreamSeq:
+		return "the consumer has not delivered the message", nil
+	case info.AckFloor.Stream >= adv.StreamSeq:
+		return "the consumer acknowledged the message", nil
+	}
+	return "", nil
+}
+
+// refuseAdvisory drops an advisory the server does not confirm, counted and logged (at
+// warn at most every 10 s: a flood of forged ones costs a counter, not a line each).
+func (q *Queue) refuseAdvisory(adv maxDeliveriesAdvisory, why string) {
+	q.metrics.advisoryRefused()
+	level := slog.LevelDebug
+	if now, last := time.Now().UnixNano(), q.advLog.Load(); now-last >= int64(10*time.Second) && q.advLog.CompareAndSwap(last, now) {
+		level = slog.LevelWarn
+	}
+	q.log.Log(context.Background(), level, "sweeper: advisory not confirmed by the server, nothing moved (forged, or out of date)",
+		"why", why, "stream", adv.Stream, "consumer", adv.Consumer, "seq", adv.StreamSeq)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/jsonenc"
 )
 
 // MaxIDLength bounds a client's Nats-Msg-Id: JetStream keeps every ID of the duplicate window
@@ -49,6 +50,11 @@ func (g *Ingress) check(it *item) *refusal {
 		return refuse(CodeTooLarge, map[string]any{"size": len(it.data), "max": g.cfg.MaxMessageSize},
 			"payload of %d bytes exceeds the limit of %d", len(it.data), g.cfg.MaxMessageSize)
 	}
+	// Before any parser sees it: the schema's and the Bus's would recurse once per level.
+	if !jsonenc.WithinDepth(it.data, jetbus.MaxJSONDepth) {
+		return refuse(CodeNotJSON, map[string]any{"max_depth": jetbus.MaxJSONDepth},
+			"the body nests deeper than %d levels", jetbus.MaxJSONDepth)
+	}
 	return g.headers(it)
 }
 
@@ -89,6 +95,9 @@ func (g *Ingress) headers(it *item) *refusal {
 			if v == "" || len(v) > MaxIDLength {
 				return bad("empty or longer than %d bytes", MaxIDLength)
 			}
+			if p, reserved := jetbus.ReservedID(v); reserved {
+				return bad("IDs starting with %q are jetbus's own (DLQ replays and dead letters)", p)
+			}
 			it.opts = append(it.opts, jetbus.WithID(v))
 		case jetbus.HeaderKey:
 			if err := jetbus.ValidateKey(v); err != nil {
@@ -99,6 +108,9 @@ func (g *Ingress) headers(it *item) *refusal {
 			ms, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				return bad("%q is not Unix milliseconds", v)
+			}
+			if d := time.Until(time.UnixMilli(ms)); d > g.cfg.TSWindow || d < -g.cfg.TSWindow {
+				return bad("%s is more than %s from the bridge's clock", time.UnixMilli(ms).UTC().Format(time.RFC3339), g.cfg.TSWindow)
 			}
 			it.opts = append(it.opts, jetbus.WithTS(time.UnixMilli(ms)))
 		case jetbus.HeaderSID:

@@ -33,6 +33,7 @@ const (
 	DefaultPendingBytes   = 64 << 20
 	DefaultAckTimeout     = 5 * time.Second
 	DefaultDrainTimeout   = 10 * time.Second
+	DefaultTSWindow       = 24 * time.Hour
 )
 
 // DefaultReplyPrefixes are the reply subjects ingress answers when Config.ReplyPrefixes is
@@ -69,6 +70,10 @@ type Config struct {
 	// dead-lettered: ingress never publishes to a subject a client picked unless it is an
 	// inbox.
 	ReplyPrefixes []string
+	// TSWindow bounds a client's x-ts: at most this far from the bridge's clock, before or
+	// after (default DefaultTSWindow). Further is refused with CodeReservedHeader: an event
+	// time years away would skew every reader's notion of when things happened.
+	TSWindow time.Duration
 }
 
 // Validate reports whether c is usable. Its errors wrap ErrInvalidConfig and name the field.
@@ -95,7 +100,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"AckTimeout", c.AckTimeout}, {"DrainTimeout", c.DrainTimeout}} {
+	}{{"AckTimeout", c.AckTimeout}, {"DrainTimeout", c.DrainTimeout}, {"TSWindow", c.TSWindow}} {
 		if f.v < 0 || (f.v > 0 && f.v < time.Millisecond) {
 			return fmt.Errorf("%w: %s must be at least 1ms (0: default), got %s", ErrInvalidConfig, f.name, f.v)
 		}
@@ -142,6 +147,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.TSWindow == 0 {
+		c.TSWindow = DefaultTSWindow
 	}
 	if len(c.ReplyPrefixes) == 0 {
 		c.ReplyPrefixes = DefaultReplyPrefixes

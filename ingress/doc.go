@@ -79,13 +79,20 @@
 //   - A message that would not fit the DLQ with the dead-letter headers (a body near the
 //     server's max payload) is dead-lettered with its body cut to what fits, and the error
 //     says so.
+//   - The service speaks the NATS micro protocol ($SRV.PING, $SRV.INFO, $SRV.STATS, with the
+//     micro package's types, so `nats micro` finds it) but is not micro.AddService: a verb
+//     is answered only on a reply subject of Config.ReplyPrefixes, as requests to in.> are.
+//     micro answers any reply subject, so `$SRV.PING` with the reply subject orders.p0 made
+//     the bridge write into the orders stream. Refused verbs are counted
+//     (ingress_verbs_refused_total) and logged at most every 10 s.
 //   - The service needs a NATS connection of its own: Run waits, when stopping, until the
 //     subscription handed over every message NATS had buffered, which it sees as the
-//     connection's subscriptions going away; the micro package gives no other signal. It
-//     also keeps a flood on in.> apart from the Bus's acknowledgements.
-//   - $SRV.STATS counts every message in num_requests; its num_errors counts only what the
-//     micro package sees, so the endpoint's data carries Stats: accepted, duplicates, refusals
-//     by code, in flight, dropped, abandoned.
+//     connection's subscriptions going away, and it learns of the connection's end through
+//     its closed handler. It also keeps a flood on in.> apart from the Bus's
+//     acknowledgements.
+//   - $SRV.STATS counts every message in num_requests (num_errors stays 0: refusals are
+//     answers), so the endpoint's data carries Stats: accepted, duplicates, refusals by
+//     code, in flight, dropped, abandoned.
 //
 // # Metrics
 //
@@ -94,5 +101,5 @@
 // message to its acknowledgement), ingress_inflight, ingress_backpressure (1 while reading is
 // paused), ingress_backpressure_total, ingress_backpressure_seconds_total,
 // ingress_jetstream_unavailable (1 while the breaker is open), ingress_dropped_total (dropped
-// by NATS before ingress took them) and ingress_abandoned_total.
+// by NATS before ingress took them), ingress_abandoned_total and ingress_verbs_refused_total.
 package ingress

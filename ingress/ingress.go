@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,12 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/internal/option"
-	"github.com/jetbus/jetbus/internal/retry"
 )
 
 // Publisher is what ingress publishes through: the jetbus.AsyncPublisher capability of a
@@ -76,6 +73,7 @@ type Ingress struct {
 	stallTime  atomic.Int64 // and their total, in nanoseconds
 	sub        atomic.Pointer[nats.Subscription]
 	dropLog    atomic.Int64 // Unix nanoseconds of the last slow-consumer log
+	verbLog    atomic.Int64 // Unix nanoseconds of the last log of a discovery request refused
 	stats      struct {
 		accepted, duplicates, dropped, abandoned atomic.Uint64
 		rejected                                 [7]atomic.Uint64
@@ -156,7 +154,9 @@ func (g *Ingress) Run(ctx context.Context) error {
 	prevErr := g.conn.ErrorHandler()
 	g.conn.SetErrorHandler(g.asyncError(prevErr))
 	stopped := make(chan struct{})
-	svc, microSubs, err := g.serve(func(micro.Service) { close(stopped) })
+	var once sync.Once
+	g.conn.SetClosedHandler(func(*nats.Conn) { once.Do(func() { close(stopped) }) })
+	svc, err := g.serve()
 	if err != nil {
 		g.finish(stages)
 		g.conn.SetErrorHandler(prevErr)
@@ -173,7 +173,7 @@ func (g *Ingress) Run(ctx context.Context) error {
 		runErr = errors.New("ingress: the service stopped: its NATS connection closed")
 	}
 	g.ready.Store(false)
-	g.drain(svc, microSubs)
+	g.drain(svc)
 	g.finish(stages)
 	if !g.conn.IsClosed() {
 		g.conn.SetErrorHandler(prevErr)
@@ -182,51 +182,15 @@ func (g *Ingress) Run(ctx context.Context) error {
 	return runErr
 }
 
-// serve adds the micro service and its endpoint; it returns how many subscriptions they
-// made on the connection.
-func (g *Ingress) serve(done micro.DoneHandler) (micro.Service, int, error) {
-	n0 := g.conn.NumSubscriptions()
-	meta := map[string]string{
-		"allow":            strings.Join(g.cfg.Allow, ","),
-		"max_message_size": strconv.Itoa(g.cfg.MaxMessageSize),
-		"reply_prefixes":   strings.Join(g.cfg.ReplyPrefixes, ","),
-	}
-	svc, err := micro.AddService(g.conn, micro.Config{
-		Name:         ServiceName,
-		Version:      ServiceVersion,
-		Description:  "jetbus ingress: publish a JSON payload to in.<topic>; with a reply subject, the answer is {id, topic, partition, seq, duplicate} once JetStream stored it",
-		Metadata:     meta,
-		QueueGroup:   QueueGroup,
-		StatsHandler: func(*micro.Endpoint) any { return g.Stats() },
-		DoneHandler:  done,
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("ingress: start the service: %w", retry.Opaque(err))
-	}
-	err = svc.AddEndpoint(EndpointName, micro.HandlerFunc(g.handle),
-		micro.WithEndpointSubject(Subject),
-		micro.WithEndpointQueueGroup(QueueGroup),
-		micro.WithEndpointPendingLimits(g.cfg.PendingMsgs, g.cfg.PendingBytes),
-		micro.WithEndpointMetadata(meta))
-	if err != nil {
-		_ = svc.Stop()
-		return nil, 0, fmt.Errorf("ingress: subscribe %s: %w", Subject, retry.Opaque(err))
-	}
-	return svc, g.conn.NumSubscriptions() - n0, nil
-}
-
 // drain stops the service and waits until every message its subscription buffered has been
 // taken, or the drain deadline passes; then no message is taken any more.
-func (g *Ingress) drain(svc micro.Service, microSubs int) {
+func (g *Ingress) drain(svc *service) {
 	deadline := time.AfterFunc(g.cfg.DrainTimeout, g.cancelWork)
 	defer deadline.Stop()
-	before := g.conn.NumSubscriptions()
-	if err := svc.Stop(); err != nil {
-		g.log.Warn("ingress: stopping the service", "error", err)
-	}
+	svc.stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for g.conn.NumSubscriptions() > before-microSubs && !g.conn.IsClosed() {
+	for g.conn.NumSubscriptions() > 0 && !g.conn.IsClosed() {
 		select {
 		case <-tick.C:
 		case <-g.work.Done():
@@ -250,12 +214,12 @@ func (g *Ingress) closeGate() {
 // handle takes one message off the subscription: it checks it, publishes it asynchronously
 // and hands it to the acknowledgement waiter, or refuses it. It runs on the subscription's
 // goroutine, one message at a time, so that publishes leave in the order messages came.
-func (g *Ingress) handle(req micro.Request) {
+func (g *Ingress) handle(subject, reply string, header nats.Header, data []byte) {
 	if !g.acquire() {
-		g.turnAway(req.Subject(), req.Reply())
+		g.turnAway(subject, reply)
 		return
 	}
-	it := &item{subject: req.Subject(), reply: req.Reply(), header: nats.Header(req.Headers()), data: req.Data(), start: time.Now()}
+	it := &item{subject: subject, reply: reply, header: header, data: data, start: time.Now()}
 	it.topic = strings.TrimPrefix(it.subject, SubjectPrefix)
 	g.gate.RLock()
 	defer g.gate.RUnlock()

@@ -128,8 +128,16 @@ func TestErrorCodes(t *testing.T) {
 		{"ID too long", "in.orders", valid, []string{jetbus.HeaderMsgID, strings.Repeat("i", 1025)}, "reserved_header", "400", nil, "longer than 1024"},
 		{"key too long", "in.orders", valid, []string{"x-key", strings.Repeat("k", 1025)}, "reserved_header", "400", nil, "at most 1024"},
 		{"time not Unix ms", "in.orders", valid, []string{"x-ts", "yesterday"}, "reserved_header", "400", map[string]any{"header": "x-ts"}, "Unix milliseconds"},
+		{"time years ahead", "in.orders", valid, []string{"x-ts", strconv.FormatInt(time.Now().AddDate(10, 0, 0).UnixMilli(), 10)}, "reserved_header", "400",
+			map[string]any{"header": "x-ts"}, "from the bridge's clock"},
+		{"time long past", "in.orders", valid, []string{"x-ts", "1"}, "reserved_header", "400", map[string]any{"header": "x-ts"}, "from the bridge's clock"},
 		{"empty tag", "in.orders", valid, []string{"x-tags", "a,,b"}, "reserved_header", "400", nil, "empty element"},
 		{"key twice", "in.orders", valid, []string{"x-key", "a", "x-key", "b"}, "reserved_header", "400", nil, "given 2 times"},
+		{"a DLQ replay's ID", "in.orders", valid, []string{jetbus.HeaderMsgID, "replay:ORDERS:1:billing"}, "reserved_header", "400",
+			map[string]any{"header": jetbus.HeaderMsgID}, "jetbus's own"},
+		{"a dead letter's ID", "in.orders", valid, []string{jetbus.HeaderMsgID, "dlq:ORDERS:7:billing"}, "reserved_header", "400", nil, "jetbus's own"},
+		{"nested too deep", "in.orders", []byte(strings.Repeat("[", jetbus.MaxJSONDepth+1) + strings.Repeat("]", jetbus.MaxJSONDepth+1)),
+			nil, "not_json", "400", map[string]any{"max_depth": float64(jetbus.MaxJSONDepth)}, "deeper than"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

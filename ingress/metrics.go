@@ -25,6 +25,8 @@ type metrics struct {
 	unavailable prometheus.Gauge
 	dropped     prometheus.Counter
 	abandoned   prometheus.Counter
+	// verbsRefused counts discovery requests ($SRV.*) not answered: no inbox to answer on.
+	verbsRefused prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -49,6 +51,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "1 while JetStream does not store ingress's events: requests are answered unavailable, fire-and-forget messages wait."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_dropped_total",
 			Help: "Messages NATS dropped before ingress took them: the subscription's pending buffer was full (slow consumer)."}),
+		verbsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_verbs_refused_total",
+			Help: "Service discovery requests ($SRV.PING, INFO, STATS) not answered because their reply subject is not an inbox (reply_prefixes)."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_abandoned_total",
 			Help: "Fire-and-forget messages neither stored nor dead-lettered when ingress stopped (JetStream or the DLQ unreachable until the drain deadline)."}),
 	}
@@ -56,7 +60,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.rejected, m.latency, m.inflight, m.stalled,
-		m.stalls, m.stalledSecs, m.unavailable, m.dropped, m.abandoned} {
+		m.stalls, m.stalledSecs, m.unavailable, m.dropped, m.abandoned, m.verbsRefused} {
 		if err := r.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -85,6 +89,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 				m.dropped = are.ExistingCollector.(prometheus.Counter)
 			case m.abandoned:
 				m.abandoned = are.ExistingCollector.(prometheus.Counter)
+			case m.verbsRefused:
+				m.verbsRefused = are.ExistingCollector.(prometheus.Counter)
 			}
 		}
 	}

@@ -25,7 +25,8 @@ const (
 	// CodeNotAllowed: the topic is not in the configuration's allow list, or the request's
 	// reply subject is not an inbox (Config.ReplyPrefixes).
 	CodeNotAllowed Code = "not_allowed"
-	// CodeNotJSON: the body is not one valid JSON value.
+	// CodeNotJSON: the body is not one valid JSON value, or nests deeper than
+	// jetbus.MaxJSONDepth levels.
 	CodeNotJSON Code = "not_json"
 	// CodeTooLarge: the body exceeds Config.MaxMessageSize, the headers exceed
 	// MaxHeaderBytes (JetStream stores at most 64 KiB of headers), or the event with its
@@ -38,8 +39,9 @@ const (
 	// CodeReservedHeader: a header the Bus would refuse or ingress does not forward: a
 	// reserved prefix (x-dlq-, x-jetbus-), a custom name that is not x-[a-z0-9-]+, a NATS or
 	// JetStream directive (Nats-* other than Nats-Msg-Id), a value with a control character,
-	// a bad x-ts, an empty element in x-tags or x-caused-by, a key or Nats-Msg-Id longer than
-	// 1024 bytes, or a header given twice.
+	// a bad x-ts (not Unix ms, or further than Config.TSWindow from the clock), an empty element in x-tags or x-caused-by, a key or Nats-Msg-Id longer than
+	// 1024 bytes, a Nats-Msg-Id with a prefix jetbus derives IDs from
+	// (jetbus.ReservedIDPrefixes: replay:, dlq:), or a header given twice.
 	CodeReservedHeader Code = "reserved_header"
 	// CodeUnavailable: JetStream did not store the event (unreachable, no leader, no
 	// acknowledgement in time, ingress stopping). Retry later; details.id, when present, is

@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/ingress"
 	jbjs "github.com/jetbus/jetbus/jetstream"
 )
@@ -82,4 +84,40 @@ func TestServiceDiscoveryAndMetrics(t *testing.T) {
 	assert.Error(t, g.Ready(t.Context()), "not ready once stopped")
 	_, err = nc.Request("$SRV.PING.jetbus-ingress", nil, 200*time.Millisecond)
 	assert.Error(t, err, "the service is gone")
+}
+
+// TestVerbsAnswerOnlyInboxes: a discovery request whose reply subject is a stream's or a KV
+// bucket's is not answered there (it would be the bridge writing the service's JSON into
+// them); it is counted. Discovery on an inbox still works.
+func TestVerbsAnswerOnlyInboxes(t *testing.T) {
+	e := newEnv(t, jbjs.TopicConfig{Name: "orders"})
+	g := e.run(ingress.Config{Allow: []string{"orders"}})
+	nc := client(t, e.url)
+	var ping struct{ ID string }
+	resp, err := nc.Request("$SRV.PING.jetbus-ingress", nil, wait)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(resp.Data, &ping))
+	hostile := []*nats.Msg{
+		{Subject: "$SRV.PING", Reply: "orders.p0"},
+		{Subject: "$SRV.INFO.jetbus-ingress", Reply: "orders.p0"},
+		{Subject: "$SRV.STATS.jetbus-ingress." + ping.ID, Reply: "$KV.jetbus_dlq_replays.x"},
+		{Subject: "$SRV.PING.jetbus-ingress", Reply: ""},
+	}
+	for _, m := range hostile {
+		require.NoError(t, nc.PublishMsg(m))
+	}
+	require.NoError(t, nc.Flush())
+	require.True(t, embeddedtest.Poll(wait, 5*time.Millisecond, func() bool {
+		return metricValue(t, g, "ingress_verbs_refused_total") == float64(len(hostile))
+	}), "every hostile verb is counted")
+	assert.Zero(t, e.count("orders"), "nothing was written into the stream")
+	_, err = e.js.KeyValue(t.Context(), "jetbus_dlq_replays")
+	if err == nil {
+		kv, _ := e.js.KeyValue(t.Context(), "jetbus_dlq_replays")
+		_, err := kv.Get(t.Context(), "x")
+		assert.Error(t, err, "nothing was written into KV")
+	}
+	resp, err = nc.Request("$SRV.INFO.jetbus-ingress."+ping.ID, nil, wait)
+	require.NoError(t, err, "discovery on an inbox still works")
+	assert.Contains(t, string(resp.Data), `"io.nats.micro.v1.info_response"`)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/jsonenc"
 )
 
 // encode builds the wire message of e for subject. Header values share one backing array:
@@ -175,11 +176,14 @@ func foreignSeq(stream, id string) (uint64, bool) {
 	return seq, err == nil && seq > 0
 }
 
-// validJSON reports whether b is one valid JSON value (RFC 8259), as encoding/json.Valid does.
-// It runs for every publish of a json.RawMessage and every delivery, so it uses gjson's
-// validator, about three times faster than encoding/json's; FuzzValidJSON checks that the two
-// agree.
-func validJSON(b []byte) bool { return gjson.ValidBytes(b) }
+// validJSON reports whether b is one valid JSON value (RFC 8259), as encoding/json.Valid does,
+// nesting at most jetbus.MaxJSONDepth levels. It runs for every publish of a json.RawMessage
+// and every delivery, so it uses gjson's validator, about three times faster than
+// encoding/json's; FuzzValidJSON checks that the two agree. gjson recurses per level, so the
+// depth is bounded first, by a scan that does not.
+func validJSON(b []byte) bool {
+	return jsonenc.WithinDepth(b, jetbus.MaxJSONDepth) && gjson.ValidBytes(b)
+}
 
 // pinHeader is the header the server adds to every delivery of a pinned consumer.
 const pinHeader = "Nats-Pin-Id"

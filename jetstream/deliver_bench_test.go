@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/jsonenc"
 )
 
 // fakeMsg is a delivered message without a server: settling it records the call.
@@ -87,8 +89,11 @@ func FuzzValidJSON(f *testing.F) {
 		`0e`, `"\u12"`, "\"\xed\xa0\x80\"", `null`, `{"a":[{"b":null}]}`, ``} {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte(strings.Repeat("[", jetbus.MaxJSONDepth) + strings.Repeat("]", jetbus.MaxJSONDepth)))
+	f.Add([]byte(strings.Repeat("[", jetbus.MaxJSONDepth+1) + strings.Repeat("]", jetbus.MaxJSONDepth+1)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := validJSON(b), json.Valid(b); got != want {
+		// encoding/json accepts 10,000 levels; jetbus at most MaxJSONDepth.
+		if got, want := validJSON(b), json.Valid(b) && jsonenc.WithinDepth(b, jetbus.MaxJSONDepth); got != want {
 			t.Fatalf("validJSON(%q) = %v, encoding/json says %v", b, got, want)
 		}
 	})

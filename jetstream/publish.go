@@ -11,6 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/jsonenc"
 	"github.com/jetbus/jetbus/internal/retry"
 )
 
@@ -69,7 +70,7 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 	switch p := payload.(type) {
 	case json.RawMessage:
 		if !validJSON(p) {
-			return nil, fmt.Errorf("%w: raw message is not valid JSON", jetbus.ErrInvalidPayload)
+			return nil, fmt.Errorf("%w: raw message is not valid JSON nesting at most %d levels", jetbus.ErrInvalidPayload, jetbus.MaxJSONDepth)
 		}
 		return p, nil
 	case nil:
@@ -78,6 +79,9 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 	body, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", jetbus.ErrInvalidPayload, err)
+	}
+	if !jsonenc.WithinDepth(body, jetbus.MaxJSONDepth) { // consumers would refuse to decode it
+		return nil, fmt.Errorf("%w: the payload nests deeper than %d levels", jetbus.ErrInvalidPayload, jetbus.MaxJSONDepth)
 	}
 	return body, nil
 }

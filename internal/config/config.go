@@ -110,6 +110,7 @@ type Ingress struct {
 	MaxPending     int           `yaml:"max_pending" default:"65536" min:"1" desc:"Messages NATS buffers for ingress while it is not reading; beyond this or max_pending_bytes NATS drops them (counted in ingress_dropped_total)."`
 	MaxPendingSize ByteSize      `yaml:"max_pending_bytes" default:"64MiB" min:"1" desc:"Bytes NATS buffers for ingress while it is not reading (see max_pending)."`
 	AckTimeout     time.Duration `yaml:"ack_timeout" default:"5s" min:"1" desc:"How long ingress waits for JetStream's acknowledgement before answering a request unavailable (with the event ID to retry with)."`
+	TSWindow       time.Duration `yaml:"ts_window" default:"24h" min:"1" desc:"How far a client's x-ts may be from the bridge's clock, before or after; further is refused (reserved_header)."`
 	ReplyPrefixes  []string      `yaml:"reply_prefixes" default:"[_INBOX]" check:"reply-prefix" desc:"Subject prefixes ingress replies to; a request with another reply subject is refused (not_allowed) and dead-lettered, so clients cannot make ingress publish elsewhere." example:"[_INBOX, _INBOX_app.]"`
 }
 
@@ -140,6 +141,7 @@ type Outbox struct {
 	Collection string        `yaml:"collection" required:"true" check:"collection" desc:"The outbox collection; documents {_id: event ID, topic, key, payload, headers, ts}." example:"outbox"`
 	After      string        `yaml:"after" default:"delete" enum:"delete|mark" desc:"What happens to a document once published: deleted, or marked sent and expired by a TTL index after retention."`
 	Retention  time.Duration `yaml:"retention" default:"24h" min:"1" desc:"How long sent documents are kept when after is mark."`
+	Topics     []string      `yaml:"topics" check:"topic" desc:"Topics its documents may name, each declared in topics (empty: every declared topic). A document naming another is dead-lettered and the drainer moves on: whoever can write the collection publishes only there." example:"[orders]"`
 }
 
 // Projection materializes a topic into a collection.

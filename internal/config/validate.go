@@ -119,6 +119,11 @@ func (c *Config) crossCheck(is *issues) {
 	unique("projections", "collection", len(c.Projections), func(i int) string {
 		return c.DatabaseOf(c.Projections[i].Database) + "." + c.Projections[i].Collection
 	})
+	for i, o := range c.Outbox {
+		for j, t := range o.Topics {
+			unknownTopic(fmt.Sprintf("outbox[%d].topics[%d]", i, j), t)
+		}
+	}
 	for i, p := range c.Projections {
 		unknownTopic(idx("projections", i, "topic"), p.Topic)
 		unique(fmt.Sprintf("projections[%d].indexes", i), "name", len(p.Indexes), func(j int) string { return p.Indexes[j].Name })

@@ -78,10 +78,17 @@ func changefeedConfig(cfg *config.Config, f config.Changefeed) changefeed.Config
 	}
 }
 
-// outboxConfig maps a declared outbox.
+// outboxConfig maps a declared outbox. Its documents may name the topics it lists, or every
+// declared topic: never one the configuration does not declare.
 func outboxConfig(cfg *config.Config, o config.Outbox) changefeed.OutboxConfig {
+	topics := o.Topics
+	if len(topics) == 0 {
+		for _, t := range cfg.Topics {
+			topics = append(topics, t.Name)
+		}
+	}
 	return changefeed.OutboxConfig{Name: o.Name, Database: database(cfg, o.Database), Collection: o.Collection,
-		After: o.After, Retention: o.Retention}
+		After: o.After, Retention: o.Retention, Topics: topics}
 }
 
 // ingressConfig maps the ingress section. Ingress drains in half the shutdown time, leaving
@@ -97,6 +104,7 @@ func ingressConfig(cfg *config.Config) ingress.Config {
 		AckTimeout:     ic.AckTimeout,
 		DrainTimeout:   max(cfg.Shutdown.Timeout/2, time.Millisecond),
 		ReplyPrefixes:  ic.ReplyPrefixes,
+		TSWindow:       ic.TSWindow,
 	}
 }
 

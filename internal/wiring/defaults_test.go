@@ -74,6 +74,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"ingress.max_pending":           {ic.PendingMsgs, ingress.DefaultPendingMsgs},
 		"ingress.max_pending_bytes":     {ic.PendingBytes, ingress.DefaultPendingBytes},
 		"ingress.ack_timeout":           {ic.AckTimeout, ingress.DefaultAckTimeout},
+		"ingress.ts_window":             {ic.TSWindow, ingress.DefaultTSWindow},
 		"ingress.reply_prefixes":        {ic.ReplyPrefixes, ingress.DefaultReplyPrefixes},
 		"changefeeds.format":            {fc.Format, changefeed.DefaultFormat},
 		"changefeeds.full_document":     {fc.FullDocument, changefeed.DefaultFullDocument},
@@ -127,4 +128,19 @@ func defaultedKeys(t reflect.Type, prefix string) []string {
 		}
 	}
 	return keys
+}
+
+// TestOutboxPublishesOnlyToDeclaredTopics: an outbox without topics may name every declared
+// topic, and no other; one with topics, those.
+func TestOutboxPublishesOnlyToDeclaredTopics(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "jetbus.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`
+mongo: {uri: "mongodb://127.0.0.1:27017/?replicaSet=rs0"}
+topics: [{name: orders}, {name: refunds}]
+outbox: [{name: all, collection: outbox}, {name: narrow, collection: outbox2, topics: [refunds]}]
+`), 0o644))
+	cfg, err := config.Load(config.Options{File: file})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"orders", "refunds"}, outboxConfig(cfg, cfg.Outbox[0]).Topics)
+	assert.Equal(t, []string{"refunds"}, outboxConfig(cfg, cfg.Outbox[1]).Topics)
 }
