@@ -142,6 +142,7 @@ type Queue struct {
 	log     *slog.Logger
 	metrics *metrics
 	advLog  atomic.Int64 // Unix nanoseconds of the last warning about a refused advisory
+	rejLog  atomic.Int64 // Unix nanoseconds of the last warning about a rejected message
 
 	parkKV   natsjs.KeyValue
 	replayKV natsjs.KeyValue

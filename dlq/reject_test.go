@@ -3,6 +3,7 @@ package dlq_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -65,4 +66,35 @@ func TestRejectAndReplay(t *testing.T) {
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, wait, 10*time.Millisecond,
 		"every group gets a replayed rejection")
 	assert.Equal(t, map[string]string{"a": "o-1 kept", "b": "o-1 kept"}, got)
+}
+
+// TestRejectsOfInventedTopicsShareOneSeries: 300 refused messages to invented topics make one
+// metric series, not 300; the letters keep their topics.
+func TestRejectsOfInventedTopicsShareOneSeries(t *testing.T) {
+	e := newEnv(t, dlq.Config{})
+	ctx := t.Context()
+	for i := range 300 {
+		topic := "junk" + strconv.Itoa(i)
+		_, err := e.q.Reject(ctx, dlq.Rejected{Topic: topic, Source: "in." + topic, By: "ingress", Data: []byte(`{}`),
+			Reason: dlq.ReasonIngress, Err: errors.New("not_allowed"), Unlisted: true})
+		require.NoError(t, err)
+	}
+	mfs, err := e.reg.Gather()
+	require.NoError(t, err)
+	series := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "dlq_dead_letters_total" {
+			for _, m := range mf.GetMetric() {
+				series++
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "topic" {
+						assert.Equal(t, dlq.OtherTopic, l.GetValue())
+					}
+				}
+				assert.Equal(t, 300.0, m.GetCounter().GetValue())
+			}
+		}
+	}
+	assert.Equal(t, 1, series)
+	assert.Equal(t, 1, e.count(dlq.Filter{Topic: "junk7"}), "the letter keeps its topic")
 }

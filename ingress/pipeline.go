@@ -126,7 +126,7 @@ func (g *Ingress) rejectLoop() {
 func (g *Ingress) deadLetter(it *item) {
 	r := g.fit(dlq.Rejected{
 		Topic: it.topic, Source: it.subject, By: "ingress", ID: it.clientID,
-		Header: it.header, Data: it.data, Reason: dlq.ReasonIngress, Err: it.ref,
+		Header: it.header, Data: it.data, Reason: dlq.ReasonIngress, Err: it.ref, Unlisted: g.topics[it.topic] == nil,
 	})
 	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	for attempt := 1; ; attempt++ {
