@@ -60,7 +60,16 @@ func TestRejectAndReplay(t *testing.T) {
 		require.NoError(t, err)
 		defer sub.Stop()
 	}
-	rep, err := e.q.Replay(ctx, e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}})
+	// A refusal is replayed only to a topic open to ingress now, or with Force.
+	rep, err := e.q.Replay(ctx, e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}, IngressTopics: []string{"payments"}})
+	require.NoError(t, err)
+	assert.Zero(t, rep.Replayed)
+	require.Len(t, rep.Failed, 1)
+	for _, err := range rep.Failed {
+		assert.ErrorIs(t, err, dlq.ErrNotReplayable)
+		assert.ErrorContains(t, err, `topic "orders" is not open to ingress`)
+	}
+	rep, err = e.q.Replay(ctx, e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}, IngressTopics: []string{"orders"}})
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Replayed)
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, wait, 10*time.Millisecond,
@@ -97,4 +106,21 @@ func TestRejectsOfInventedTopicsShareOneSeries(t *testing.T) {
 	}
 	assert.Equal(t, 1, series)
 	assert.Equal(t, 1, e.count(dlq.Filter{Topic: "junk7"}), "the letter keeps its topic")
+}
+
+// TestForceReplaysARefusalAnywhere: --force replays a refusal to a topic ingress does not
+// serve, saying so.
+func TestForceReplaysARefusalAnywhere(t *testing.T) {
+	e := newEnv(t, dlq.Config{})
+	e.topic("payments", 1)
+	ctx := t.Context()
+	_, err := e.q.Reject(ctx, dlq.Rejected{Topic: "payments", Source: "in.payments", By: "ingress", Data: []byte(`{"n":1}`),
+		Reason: dlq.ReasonIngress, Err: errors.New("not_allowed: topic \"payments\" is not open to ingress")})
+	require.NoError(t, err)
+	rep, err := e.q.Replay(ctx, e.bus, dlq.ReplayOptions{IngressTopics: []string{"orders"}})
+	require.NoError(t, err)
+	assert.Zero(t, rep.Replayed, "a client cannot reach payments through the DLQ")
+	rep, err = e.q.Replay(ctx, e.bus, dlq.ReplayOptions{IngressTopics: []string{"orders"}, Force: true})
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Replayed, "an operator can, on purpose")
 }
