@@ -13,7 +13,8 @@ build:
 	$(GO) build -o bin/ ./cmd/bridge ./cmd/projector
 
 ## test: vet, gofmt check, every test with the race detector (embedded NATS and MongoDB backend),
-## 20000 fuzzed inputs to the snapshot API's query grammar (a count, not a duration: a
+## 20000 fuzzed inputs each to the snapshot API's query grammar and to ingress's check of
+## hostile subjects, headers and bodies (a count, not a duration: a
 ## duration-bound -fuzztime can fail with a bare "context deadline exceeded" through a race in
 ## Go's fuzz coordinator, golang/go#75804, fixed after Go 1.26), and the deploy/ files' validation
 ## (nested module deploy: compose, Kubernetes, Dockerfile and NATS confs parsed offline).
@@ -22,6 +23,7 @@ test: vet fmt-check
 	else echo "npm not found: the end-to-end smoke test publishes with its nats.go fallback"; fi
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 20000x ./snapshotapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime 20000x ./ingress/
 	cd deploy && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 ## test-short: a quicker subset (no cluster conformance run, 10k-event churns).

@@ -21,7 +21,10 @@
 // Messages refused before they reached a topic — by ingress ("ingress") or a changefeed
 // ("changefeed") — are kept too (Queue.Reject): on dlq.<topic> (dlq._unrouted without a valid
 // topic), with the component as the group, the source subject as x-dlq-original-subject and
-// no original stream. Replaying one publishes it to its topic for every group.
+// no original stream. Replaying one publishes it to its topic for every group; one that
+// ingress refused is replayed only to a topic open to ingress at replay time
+// (ReplayOptions.IngressTopics; `bridge dlq replay` passes ingress.allow), unless
+// ReplayOptions.Force: ingress's allow list is what let a client publish there at all.
 //
 // # Guarantees
 //

@@ -18,6 +18,9 @@ var (
 	// ErrInvalidConfig is returned by Config.Validate and Open for a Config field out of
 	// range. It wraps jetbus.ErrInvalidConfig.
 	ErrInvalidConfig = fmt.Errorf("dlq: %w", jetbus.ErrInvalidConfig)
+	// ErrNotReplayable is a Replay failure of one letter: a message ingress refused, for a
+	// topic not open to ingress (ReplayOptions.IngressTopics, Force).
+	ErrNotReplayable = errors.New("dlq: not replayable")
 )
 
 // DeadLetteredError is what the middleware returns, wrapped in jetbus.Permanent, once an event

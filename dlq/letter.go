@@ -54,6 +54,7 @@ type origin struct {
 	reason, errMsg string
 	// rejected: the message never reached a stream (Queue.Reject).
 	rejected bool
+	unlisted bool // a rejected message of a topic its rejecter does not serve
 }
 
 // msgID is the dead letter's Nats-Msg-Id: the same delivery moved twice is stored once, and

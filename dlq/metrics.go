@@ -14,6 +14,9 @@ type metrics struct {
 	// advisories counts MAX_DELIVERIES advisories the server did not confirm (forged or
 	// out of date): nothing was moved for them.
 	advisories prometheus.Counter
+	// dropped counts letters the DLQ stream dropped at its limits (inferred, see
+	// watchLimits).
+	dropped prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -27,8 +30,10 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		parkedKeys:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "dlq_parked_keys", Help: "Keys parked behind a dead letter, as this process sees them."}),
 		advisories: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_advisories_refused_total",
 			Help: "MAX_DELIVERIES advisories the server did not confirm (forged, or out of date): nothing was moved."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_dropped_by_limit_total",
+			Help: "Dead letters the DLQ stream dropped at dlq.max_bytes or dlq.max_age (inferred by the sweeper)."}),
 	}
-	for _, c := range []prometheus.Collector{m.deadLetters, m.replayed, m.discarded, m.parkedKeys, m.advisories} {
+	for _, c := range []prometheus.Collector{m.deadLetters, m.replayed, m.discarded, m.parkedKeys, m.advisories, m.dropped} {
 		if err := r.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -45,6 +50,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 				m.parkedKeys = are.ExistingCollector.(prometheus.Gauge)
 			case m.advisories:
 				m.advisories = are.ExistingCollector.(prometheus.Counter)
+			case m.dropped:
+				m.dropped = are.ExistingCollector.(prometheus.Counter)
 			}
 		}
 	}
@@ -78,5 +85,11 @@ func (m *metrics) parked(delta float64) {
 func (m *metrics) advisoryRefused() {
 	if m != nil {
 		m.advisories.Inc()
+	}
+}
+
+func (m *metrics) droppedByLimit(n float64) {
+	if m != nil {
+		m.dropped.Add(n)
 	}
 }

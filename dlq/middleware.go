@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -121,7 +122,14 @@ type Rejected struct {
 	// first).
 	Reason string
 	Err    error
+	// Unlisted says Topic is none the rejecter serves (a subject a client invented): the
+	// letter is counted under the topic "_other", so that clients cannot create metric
+	// series at will.
+	Unlisted bool
 }
+
+// OtherTopic is the topic label of the dead letters of Rejected.Unlisted topics.
+const OtherTopic = "_other"
 
 // UnroutedSubject holds the dead letters of rejected messages without a valid topic.
 const UnroutedSubject = SubjectPrefix + "_unrouted"
@@ -150,6 +158,7 @@ func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 		reason:   r.Reason,
 		errMsg:   errMsg,
 		rejected: true,
+		unlisted: r.Unlisted,
 	}
 	return q.store(ctx, o)
 }
@@ -169,8 +178,20 @@ func (q *Queue) store(ctx context.Context, o *origin) (uint64, error) {
 		}
 	}
 	if !ack.Duplicate {
-		q.metrics.deadLetter(o.topic, o.group, o.reason)
-		q.log.Warn("event dead-lettered", "topic", o.topic, "group", o.group, "reason", o.reason,
+		label := o.topic
+		if o.unlisted {
+			label = OtherTopic
+		}
+		q.metrics.deadLetter(label, o.group, o.reason)
+		// A refused message is a client's doing, maybe a flood of them: at warn at most every
+		// 10 s, at debug otherwise. A handler's failure is logged each time.
+		level := slog.LevelWarn
+		if o.rejected {
+			if now, last := time.Now().UnixNano(), q.rejLog.Load(); now-last < int64(10*time.Second) || !q.rejLog.CompareAndSwap(last, now) {
+				level = slog.LevelDebug
+			}
+		}
+		q.log.Log(ctx, level, "event dead-lettered", "topic", o.topic, "group", o.group, "reason", o.reason,
 			"original_seq", o.seq, "dlq_seq", ack.Sequence, "err", o.errMsg)
 	}
 	return ack.Sequence, nil

@@ -64,11 +64,16 @@ const (
 	ReasonChangefeed = "changefeed"
 )
 
-// Defaults of Config, and of the sweeper's interval (RunSweeper).
+// Defaults of Config, and of the sweeper's interval (RunSweeper). DefaultMaxAge and
+// DefaultMaxBytes are the processes' (the configuration's dlq.max_age and dlq.max_bytes), so
+// that refused traffic cannot fill a disk; a Config's zero values keep letters for ever,
+// unbounded, as a program of its own may choose.
 const (
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 24 * time.Hour
 	DefaultSweepInterval   = time.Second
+	DefaultMaxAge          = 30 * 24 * time.Hour
+	DefaultMaxBytes        = 1 << 30
 )
 
 // Config configures a Queue. The zero value of every field is a usable default.
@@ -77,6 +82,10 @@ type Config struct {
 	Replicas int
 	// MaxAge bounds how long dead letters are kept (0: forever).
 	MaxAge time.Duration
+	// MaxBytes bounds the DLQ stream's size; past it the oldest letters are dropped (0:
+	// unbounded). RunSweeper reports letters dropped by either limit
+	// (dlq_dropped_by_limit_total, and a warning).
+	MaxBytes int64
 	// DuplicateWindow is how long a moved delivery is remembered (0: 24h, or MaxAge when
 	// that is shorter).
 	DuplicateWindow time.Duration
@@ -97,6 +106,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Replicas must be between 0 and 5, got %d", ErrInvalidConfig, c.Replicas)
 	case c.MaxAge < 0:
 		return fmt.Errorf("%w: MaxAge must not be negative, got %s", ErrInvalidConfig, c.MaxAge)
+	case c.MaxBytes < 0:
+		return fmt.Errorf("%w: MaxBytes must not be negative, got %d", ErrInvalidConfig, c.MaxBytes)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("%w: DuplicateWindow must not be negative, got %s", ErrInvalidConfig, c.DuplicateWindow)
 	}
@@ -142,6 +153,7 @@ type Queue struct {
 	log     *slog.Logger
 	metrics *metrics
 	advLog  atomic.Int64 // Unix nanoseconds of the last warning about a refused advisory
+	rejLog  atomic.Int64 // Unix nanoseconds of the last warning about a rejected message
 
 	parkKV   natsjs.KeyValue
 	replayKV natsjs.KeyValue
@@ -206,6 +218,8 @@ func (q *Queue) Ensure(ctx context.Context) error {
 		Subjects:    []string{SubjectPrefix + ">"},
 		Retention:   natsjs.LimitsPolicy,
 		MaxAge:      q.cfg.MaxAge,
+		MaxBytes:    unlimitedIfZero(q.cfg.MaxBytes),
+		Discard:     natsjs.DiscardOld,
 		Replicas:    q.cfg.Replicas,
 		Duplicates:  q.cfg.DuplicateWindow,
 		AllowDirect: true,
@@ -260,4 +274,12 @@ func (q *Queue) stream(ctx context.Context) (natsjs.Stream, error) {
 		return nil, fmt.Errorf("%w: %v", ErrDLQUnavailable, err)
 	}
 	return s, err
+}
+
+// unlimitedIfZero is a stream limit as JetStream spells "none": -1.
+func unlimitedIfZero(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

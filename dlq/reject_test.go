@@ -3,6 +3,7 @@ package dlq_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -59,10 +60,67 @@ func TestRejectAndReplay(t *testing.T) {
 		require.NoError(t, err)
 		defer sub.Stop()
 	}
-	rep, err := e.q.Replay(ctx, e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}})
+	// A refusal is replayed only to a topic open to ingress now, or with Force.
+	rep, err := e.q.Replay(ctx, e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}, IngressTopics: []string{"payments"}})
+	require.NoError(t, err)
+	assert.Zero(t, rep.Replayed)
+	require.Len(t, rep.Failed, 1)
+	for _, err := range rep.Failed {
+		assert.ErrorIs(t, err, dlq.ErrNotReplayable)
+		assert.ErrorContains(t, err, `topic "orders" is not open to ingress`)
+	}
+	rep, err = e.q.Replay(ctx, e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}, IngressTopics: []string{"orders"}})
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Replayed)
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, wait, 10*time.Millisecond,
 		"every group gets a replayed rejection")
 	assert.Equal(t, map[string]string{"a": "o-1 kept", "b": "o-1 kept"}, got)
+}
+
+// TestRejectsOfInventedTopicsShareOneSeries: 300 refused messages to invented topics make one
+// metric series, not 300; the letters keep their topics.
+func TestRejectsOfInventedTopicsShareOneSeries(t *testing.T) {
+	e := newEnv(t, dlq.Config{})
+	ctx := t.Context()
+	for i := range 300 {
+		topic := "junk" + strconv.Itoa(i)
+		_, err := e.q.Reject(ctx, dlq.Rejected{Topic: topic, Source: "in." + topic, By: "ingress", Data: []byte(`{}`),
+			Reason: dlq.ReasonIngress, Err: errors.New("not_allowed"), Unlisted: true})
+		require.NoError(t, err)
+	}
+	mfs, err := e.reg.Gather()
+	require.NoError(t, err)
+	series := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "dlq_dead_letters_total" {
+			for _, m := range mf.GetMetric() {
+				series++
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "topic" {
+						assert.Equal(t, dlq.OtherTopic, l.GetValue())
+					}
+				}
+				assert.Equal(t, 300.0, m.GetCounter().GetValue())
+			}
+		}
+	}
+	assert.Equal(t, 1, series)
+	assert.Equal(t, 1, e.count(dlq.Filter{Topic: "junk7"}), "the letter keeps its topic")
+}
+
+// TestForceReplaysARefusalAnywhere: --force replays a refusal to a topic ingress does not
+// serve, saying so.
+func TestForceReplaysARefusalAnywhere(t *testing.T) {
+	e := newEnv(t, dlq.Config{})
+	e.topic("payments", 1)
+	ctx := t.Context()
+	_, err := e.q.Reject(ctx, dlq.Rejected{Topic: "payments", Source: "in.payments", By: "ingress", Data: []byte(`{"n":1}`),
+		Reason: dlq.ReasonIngress, Err: errors.New("not_allowed: topic \"payments\" is not open to ingress")})
+	require.NoError(t, err)
+	rep, err := e.q.Replay(ctx, e.bus, dlq.ReplayOptions{IngressTopics: []string{"orders"}})
+	require.NoError(t, err)
+	assert.Zero(t, rep.Replayed, "a client cannot reach payments through the DLQ")
+	rep, err = e.q.Replay(ctx, e.bus, dlq.ReplayOptions{IngressTopics: []string{"orders"}, Force: true})
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Replayed, "an operator can, on purpose")
 }

@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"slices"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -32,6 +33,13 @@ type ReplayOptions struct {
 	DryRun bool
 	// Progress, if set, is called after each letter.
 	Progress func(ReplayProgress)
+	// IngressTopics are the topics open to ingress now. A message ingress refused (a letter
+	// of group "ingress") is replayed only to one of them, unless Force: ingress's allow
+	// list is what let a client publish there at all, so a replay must not bypass it. Nil:
+	// no such letter is replayed without Force.
+	IngressTopics []string
+	// Force replays ingress's refusals to any topic, bypassing IngressTopics.
+	Force bool
 }
 
 // ReplayProgress reports a running replay or discard.
@@ -64,6 +72,9 @@ func ReplayID(l *Letter) string {
 // replayPrefix starts every replayed event's ID: only such events are looked up in
 // ReplayBucket.
 const replayPrefix = "replay:"
+
+// ingressGroup is the group of the messages ingress refused (Rejected.By).
+const ingressGroup = "ingress"
 
 func replayKey(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
@@ -116,6 +127,8 @@ func (q *Queue) Replay(ctx context.Context, pub Publisher, opts ReplayOptions) (
 		switch {
 		case l.Key != "" && blocked[gk]:
 			err = fmt.Errorf("an earlier letter of key %q in group %s did not replay", l.Key, l.Group)
+		case l.Rejected() && l.Group == ingressGroup && !opts.Force && !slices.Contains(opts.IngressTopics, l.Topic):
+			err = fmt.Errorf("%w: ingress refused it and topic %q is not open to ingress (ingress.allow); --force replays it anyway, bypassing ingress's allow list", ErrNotReplayable, l.Topic)
 		default:
 			ev, err = q.replayOne(ctx, pub, s, l, opts.Transform)
 		}

@@ -70,6 +70,9 @@ func (q *Queue) RunSweeper(ctx context.Context, every time.Duration) error {
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
+	watched := make(chan struct{})
+	go func() { defer close(watched); q.watchLimits(ctx, every) }()
+	defer func() { <-watched }()
 	for {
 		m, err := it.Next()
 		if errors.Is(err, natsjs.ErrMsgIteratorClosed) {
@@ -200,4 +203,47 @@ func (q *Queue) refuseAdvisory(adv maxDeliveriesAdvisory, why string) {
 	}
 	q.log.Log(context.Background(), level, "sweeper: advisory not confirmed by the server, nothing moved (forged, or out of date)",
 		"why", why, "stream", adv.Stream, "consumer", adv.Consumer, "seq", adv.StreamSeq)
+}
+
+// watchLimits reports, every interval until ctx ends, the letters the DLQ stream dropped at
+// its limits (Config.MaxAge, Config.MaxBytes): dlq_dropped_by_limit_total and a warning (at
+// most every 10 s). The server says nothing when it drops them, so they are inferred: the
+// letters gone from the head between two looks while the stream was at its byte limit, or
+// whose oldest letter had reached the age limit. A replay or a discard of the oldest letters
+// at that moment counts too; it is an alarm, not an audit.
+func (q *Queue) watchLimits(ctx context.Context, every time.Duration) {
+	if q.cfg.MaxAge == 0 && q.cfg.MaxBytes == 0 {
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var prev *natsjs.StreamState
+	var lastLog time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s, err := q.js.Stream(ctx, StreamName)
+		if err != nil {
+			prev = nil
+			continue
+		}
+		st := s.CachedInfo().State
+		if prev != nil && st.FirstSeq > prev.FirstSeq {
+			atBytes := q.cfg.MaxBytes > 0 && st.Bytes >= uint64(q.cfg.MaxBytes)*9/10
+			atAge := q.cfg.MaxAge > 0 && time.Since(prev.FirstTime) >= q.cfg.MaxAge
+			gone := int64(prev.Msgs) + int64(st.LastSeq-prev.LastSeq) - int64(st.Msgs)
+			if (atBytes || atAge) && gone > 0 {
+				q.metrics.droppedByLimit(float64(gone))
+				if time.Since(lastLog) >= 10*time.Second {
+					lastLog = time.Now()
+					q.log.Warn("dlq: letters dropped at the DLQ's limit: raise dlq.max_bytes or dlq.max_age, or replay and discard",
+						"dropped", gone, "bytes", st.Bytes, "max_bytes", q.cfg.MaxBytes, "max_age", q.cfg.MaxAge.String())
+				}
+			}
+		}
+		prev = &st
+	}
 }

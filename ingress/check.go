@@ -184,4 +184,6 @@ type item struct {
 	event *jetbus.Event
 	fut   jetbus.PublishFuture
 	ref   *refusal
+	// refusal says it holds one of the refusals' places, not a valid message's.
+	refusal bool
 }

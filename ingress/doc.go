@@ -101,5 +101,8 @@
 // message to its acknowledgement), ingress_inflight, ingress_backpressure (1 while reading is
 // paused), ingress_backpressure_total, ingress_backpressure_seconds_total,
 // ingress_jetstream_unavailable (1 while the breaker is open), ingress_dropped_total (dropped
-// by NATS before ingress took them), ingress_abandoned_total and ingress_verbs_refused_total.
+// by NATS before ingress took them), ingress_abandoned_total, ingress_verbs_refused_total and
+// ingress_refusals_dropped_total (refused fire-and-forget messages not dead-lettered because
+// the refusals' own max_in_flight places were all taken: refusals never hold a valid
+// message's place).
 package ingress

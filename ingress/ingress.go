@@ -57,6 +57,9 @@ type Ingress struct {
 	acks    chan *item    // published, awaiting JetStream's acknowledgement, in order
 	retries chan *item    // fire-and-forget messages to publish again once JetStream is back
 	rejects chan *item    // fire-and-forget messages to dead-letter
+	// refusing are the places of refused messages being dead-lettered: a pool of their own,
+	// so that a flood of refusals never holds the places valid messages need.
+	refusing chan struct{}
 
 	// gate orders the end of Run against handle: once closed, handle queues nothing.
 	gate       sync.RWMutex
@@ -74,8 +77,10 @@ type Ingress struct {
 	sub        atomic.Pointer[nats.Subscription]
 	dropLog    atomic.Int64 // Unix nanoseconds of the last slow-consumer log
 	verbLog    atomic.Int64 // Unix nanoseconds of the last log of a discovery request refused
+	refuseLog  atomic.Int64 // Unix nanoseconds of the last log of a refusal dropped
 	stats      struct {
 		accepted, duplicates, dropped, abandoned atomic.Uint64
+		refusalsDropped                          atomic.Uint64
 		rejected                                 [7]atomic.Uint64
 	}
 }
@@ -111,13 +116,14 @@ func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Opt
 	log := o.Logger.With("component", "ingress/in")
 	g := &Ingress{
 		conn: conn, pub: pub, dl: dl, cfg: cfg, log: log, m: m,
-		topics:  make(map[string]*topicMetrics, len(cfg.Allow)),
-		other:   m.topic(otherTopic),
-		brk:     newBreaker(log, m.unavailable),
-		slots:   make(chan struct{}, cfg.MaxInFlight),
-		acks:    make(chan *item, cfg.MaxInFlight),
-		retries: make(chan *item, cfg.MaxInFlight),
-		rejects: make(chan *item, cfg.MaxInFlight),
+		topics:   make(map[string]*topicMetrics, len(cfg.Allow)),
+		other:    m.topic(otherTopic),
+		brk:      newBreaker(log, m.unavailable),
+		slots:    make(chan struct{}, cfg.MaxInFlight),
+		acks:     make(chan *item, cfg.MaxInFlight),
+		retries:  make(chan *item, cfg.MaxInFlight),
+		rejects:  make(chan *item, cfg.MaxInFlight),
+		refusing: make(chan struct{}, cfg.MaxInFlight),
 	}
 	for _, t := range cfg.Allow {
 		g.topics[t] = m.topic(t)
@@ -314,8 +320,29 @@ func (g *Ingress) refused(it *item, r *refusal) {
 		g.release()
 		return
 	}
+	// The message moves from a valid message's place to one of the refusals' own; when all
+	// those are taken (a flood of refusals faster than the DLQ takes them), it is dropped,
+	// counted: refused traffic never slows valid traffic down.
 	it.ref = r
-	g.rejects <- it
+	g.release()
+	select {
+	case g.refusing <- struct{}{}:
+		it.refusal = true
+		g.rejects <- it
+	default:
+		g.stats.refusalsDropped.Add(1)
+		g.m.refusalsDropped.Inc()
+		g.logDroppedRefusal(it)
+	}
+}
+
+// releaseItem gives back the place it holds: a valid message's or a refusal's.
+func (g *Ingress) releaseItem(it *item) {
+	if it.refusal {
+		<-g.refusing
+		return
+	}
+	g.release()
 }
 
 // failed handles a publish that did not succeed: a refusal the Bus or the registry made is
@@ -407,6 +434,9 @@ type Stats struct {
 	Rejected             map[Code]uint64 `json:"rejected"`
 	Dropped              uint64          `json:"dropped"`
 	Abandoned            uint64          `json:"abandoned"`
+	// RefusalsDropped counts refused fire-and-forget messages not dead-lettered: every
+	// place of the refusals' own was taken (a flood of them).
+	RefusalsDropped uint64 `json:"refusals_dropped"`
 }
 
 // Stats returns the counters since New.
@@ -415,7 +445,7 @@ func (g *Ingress) Stats() Stats {
 		Allow: g.cfg.Allow, InFlight: len(g.slots), MaxInFlight: g.cfg.MaxInFlight,
 		Backpressure: g.stallSince.Load() != 0, JetStreamUnavailable: g.brk.isDown(),
 		Accepted: g.stats.accepted.Load(), Duplicates: g.stats.duplicates.Load(),
-		Dropped: g.stats.dropped.Load(), Abandoned: g.stats.abandoned.Load(),
+		Dropped: g.stats.dropped.Load(), Abandoned: g.stats.abandoned.Load(), RefusalsDropped: g.stats.refusalsDropped.Load(),
 		Rejected: make(map[Code]uint64, len(Codes)),
 	}
 	for i, c := range Codes {

@@ -27,6 +27,8 @@ type metrics struct {
 	abandoned   prometheus.Counter
 	// verbsRefused counts discovery requests ($SRV.*) not answered: no inbox to answer on.
 	verbsRefused prometheus.Counter
+	// refusalsDropped counts refused fire-and-forget messages not dead-lettered (a flood).
+	refusalsDropped prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -51,6 +53,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "1 while JetStream does not store ingress's events: requests are answered unavailable, fire-and-forget messages wait."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_dropped_total",
 			Help: "Messages NATS dropped before ingress took them: the subscription's pending buffer was full (slow consumer)."}),
+		refusalsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_refusals_dropped_total",
+			Help: "Refused fire-and-forget messages not dead-lettered: the refusals' own places were all taken (a flood); valid messages are not slowed."}),
 		verbsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_verbs_refused_total",
 			Help: "Service discovery requests ($SRV.PING, INFO, STATS) not answered because their reply subject is not an inbox (reply_prefixes)."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_abandoned_total",
@@ -60,7 +64,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.rejected, m.latency, m.inflight, m.stalled,
-		m.stalls, m.stalledSecs, m.unavailable, m.dropped, m.abandoned, m.verbsRefused} {
+		m.stalls, m.stalledSecs, m.unavailable, m.dropped, m.abandoned, m.verbsRefused, m.refusalsDropped} {
 		if err := r.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -91,6 +95,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 				m.abandoned = are.ExistingCollector.(prometheus.Counter)
 			case m.verbsRefused:
 				m.verbsRefused = are.ExistingCollector.(prometheus.Counter)
+			case m.refusalsDropped:
+				m.refusalsDropped = are.ExistingCollector.(prometheus.Counter)
 			}
 		}
 	}

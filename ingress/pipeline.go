@@ -126,13 +126,13 @@ func (g *Ingress) rejectLoop() {
 func (g *Ingress) deadLetter(it *item) {
 	r := g.fit(dlq.Rejected{
 		Topic: it.topic, Source: it.subject, By: "ingress", ID: it.clientID,
-		Header: it.header, Data: it.data, Reason: dlq.ReasonIngress, Err: it.ref,
+		Header: it.header, Data: it.data, Reason: dlq.ReasonIngress, Err: it.ref, Unlisted: g.topics[it.topic] == nil,
 	})
 	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	for attempt := 1; ; attempt++ {
 		_, err := g.dl.Reject(g.work, r)
 		if err == nil {
-			g.release()
+			g.releaseItem(it)
 			return
 		}
 		if attempt == 1 {
@@ -200,7 +200,7 @@ func (g *Ingress) abandon(it *item, err error) {
 	}
 	g.log.Error("ingress stopped before a fire-and-forget message was stored or dead-lettered: it is lost",
 		"subject", it.subject, "id", id, "error", err)
-	g.release()
+	g.releaseItem(it)
 }
 
 // probe asks, while the breaker is open, for the stream of the topic that failed last; an
@@ -279,5 +279,14 @@ func (g *Ingress) countDropped() {
 	if prev := g.stats.dropped.Load(); uint64(n) > prev {
 		g.stats.dropped.Store(uint64(n))
 		g.m.dropped.Add(float64(uint64(n) - prev))
+	}
+}
+
+// logDroppedRefusal logs a refusal not dead-lettered, at most every backPressureLogEvery.
+func (g *Ingress) logDroppedRefusal(it *item) {
+	now := time.Now().UnixNano()
+	if last := g.refuseLog.Load(); now-last >= int64(backPressureLogEvery) && g.refuseLog.CompareAndSwap(last, now) {
+		g.log.Warn("ingress: refused messages arrive faster than the DLQ takes them: dropping them (counted in ingress_refusals_dropped_total); valid messages are not slowed",
+			"subject", it.subject, "code", string(it.ref.code))
 	}
 }

@@ -165,10 +165,12 @@ func dlqCommand() *cobra.Command {
 	rd := newDLQCmd(replay, true, true, true)
 	dryRun := replay.Flags().Bool("dry-run", false, "list what would be replayed, change nothing")
 	rd.noValidate = replay.Flags().Bool("no-validate", false, "skip schema validation")
+	force := replay.Flags().Bool("force", false, "replay messages ingress refused to topics that are not open to ingress (ingress.allow) too, bypassing its allow list")
 	replay.RunE = rd.runE(func(ctx context.Context, cmd *cobra.Command, f dlq.Filter, _ []string) error {
 		pub := rd.tool.Publisher
 		var bar *cli.Progress
 		rep, err := rd.q.Replay(ctx, pub, dlq.ReplayOptions{Filter: f, Limit: *rd.limit, DryRun: *dryRun,
+			IngressTopics: rd.tool.Config.Ingress.Allow, Force: *force,
 			Progress: func(p dlq.ReplayProgress) {
 				if bar == nil {
 					bar = cli.NewProgress(cmd.ErrOrStderr(), "replay", p.Total)

@@ -97,7 +97,8 @@ type Topic struct {
 // DLQ configures the dead-letter stream.
 type DLQ struct {
 	Replicas      int           `yaml:"replicas" default:"1" min:"1" max:"5" desc:"Replicas of the DLQ stream, its advisory stream and the parking bucket."`
-	MaxAge        time.Duration `yaml:"max_age" desc:"How long dead letters are kept (0: forever)." example:"720h"`
+	MaxAge        time.Duration `yaml:"max_age" default:"720h" desc:"How long dead letters are kept (0: forever). Letters dropped at this limit or max_bytes are counted in dlq_dropped_by_limit_total and logged." example:"2160h"`
+	MaxBytes      ByteSize      `yaml:"max_bytes" default:"1GiB" desc:"Size bound of the DLQ stream; past it the oldest letters are dropped (0: unbounded). Refused client traffic is dead-lettered too: this keeps a flood of it from filling the disk." example:"10GiB"`
 	Parking       bool          `yaml:"parking" desc:"Park a key's later events behind its dead letter until it is replayed (per group)."`
 	SweepInterval time.Duration `yaml:"sweep_interval" default:"1s" min:"1" desc:"How often the sweeper moves deliveries the server gave up on into the DLQ."`
 }

@@ -68,6 +68,8 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"topics.duplicate_window":       {tc.DuplicateWindow, jetstream.DefaultDuplicateWindow},
 		"topics.storage":                {tc.Storage, jetstream.TopicConfig{}.Storage}, // file: the zero StorageType
 		"dlq.replicas":                  {dc.Replicas, dlq.DefaultReplicas},
+		"dlq.max_age":                   {dc.MaxAge, dlq.DefaultMaxAge},
+		"dlq.max_bytes":                 {dc.MaxBytes, dlq.DefaultMaxBytes},
 		"dlq.sweep_interval":            {cfg.DLQ.SweepInterval, dlq.DefaultSweepInterval},
 		"ingress.max_message_size":      {ic.MaxMessageSize, ingress.DefaultMaxMessageSize},
 		"ingress.max_in_flight":         {ic.MaxInFlight, ingress.DefaultMaxInFlight},

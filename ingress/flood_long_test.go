@@ -1,0 +1,10 @@
+//go:build long
+
+package ingress_test
+
+import "time"
+
+const (
+	floodDuration = 30 * time.Second
+	floodValid    = 20000
+)
