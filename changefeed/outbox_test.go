@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,4 +252,29 @@ func TestOutboxCrash(t *testing.T) {
 	}
 	assert.Positive(t, restartsWithDuplicates([]*child{c}), "the second drainer re-published and JetStream dropped the copies")
 	c.stop()
+}
+
+// TestOutboxDocumentTooLargeForTheDLQ: a document larger than the server's max payload can be
+// neither published nor dead-lettered whole: it is dead-lettered as a record (size, SHA-256,
+// key) and the drainer moves on to the next one.
+func TestOutboxDocumentTooLargeForTheDLQ(t *testing.T) {
+	e := newEnv(t, "ob.orders")
+	ctx := t.Context()
+	outbox := e.db.Collection("outbox")
+	e.startDrainer(changefeed.OutboxConfig{Name: "huge"})
+	big := `"` + strings.Repeat("x", 3<<20) + `"` // 3 MiB: over NATS's 1 MiB max payload
+	for _, d := range []bson.D{
+		{{Key: "_id", Value: "huge"}, {Key: "topic", Value: "ob.orders"}, {Key: "key", Value: "k"}, {Key: "payload", Value: big}},
+		{{Key: "_id", Value: "after"}, {Key: "topic", Value: "ob.orders"}, {Key: "key", Value: "k"}, {Key: "payload", Value: `{"ok":true}`}},
+	} {
+		_, err := outbox.InsertOne(ctx, d)
+		require.NoError(t, err)
+	}
+	evs := e.waitEvents("ob.orders", 1)
+	assert.Equal(t, "after", evs[0].ID, "the drainer moved on")
+	ls := letters(t, e.dlq, "outbox-huge", 1)
+	assert.Contains(t, ls[0].Error, "kept as a record")
+	assert.Contains(t, string(ls[0].Body), `"truncated":true`)
+	assert.Contains(t, string(ls[0].Body), `"size":3145730`)
+	require.Eventually(t, func() bool { return e.outboxLen() == 0 }, 10*time.Second, 10*time.Millisecond, "both settled")
 }

@@ -2,6 +2,8 @@ package changefeed
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,7 +144,7 @@ func (s *sender) reject(ctx context.Context, m *message, cause error) error {
 	if jetbus.ValidateKey(key) != nil {
 		key = "" // it cannot travel in a header; the error names it
 	}
-	seq, err := s.dlq.Reject(ctx, dlq.Rejected{
+	r := dlq.Rejected{
 		Topic:  m.topic,
 		Source: s.source,
 		By:     s.by,
@@ -152,7 +154,16 @@ func (s *sender) reject(ctx context.Context, m *message, cause error) error {
 		Data:   data,
 		Reason: dlq.ReasonChangefeed,
 		Err:    fmt.Errorf("document key %s: %w", strconv.Quote(m.key), cause),
-	})
+	}
+	seq, err := s.dlq.Reject(ctx, r)
+	if err != nil && len(data) > truncatedAbove {
+		// Too large for the DLQ too (a document refused for another reason, its schema,
+		// that is also over the server's max payload): a record of it instead, so that the
+		// feed moves on rather than trying again for ever.
+		r.Data = truncated(m, data)
+		r.Err = fmt.Errorf("document key %s (%d bytes, kept as a record: sha256 and size): %w", strconv.Quote(m.key), len(data), cause)
+		seq, err = s.dlq.Reject(ctx, r)
+	}
 	if err != nil {
 		return fmt.Errorf("changefeed: dead-letter key %s: %w", strconv.Quote(m.key), err)
 	}
@@ -200,4 +211,24 @@ func (r *recovery) send(ctx context.Context, s *sender, m *message) (dup, reject
 		s.log.Warn("re-published an event stored before an earlier event of its key", "topic", m.topic, "key", m.key, "id", again.id)
 	}
 	return true, false, nil
+}
+
+// truncatedAbove is the size past which a dead letter that the DLQ refused is stored as a
+// record of the document instead (truncated).
+const truncatedAbove = 64 << 10
+
+// truncated is the record of a document too large to keep: the change's summary when there
+// is one, or the size and SHA-256 of the body, with the start of it.
+func truncated(m *message, data []byte) []byte {
+	if m.change != nil {
+		return summary(m.change, m.key, len(data))
+	}
+	sum := sha256.Sum256(data)
+	b := []byte(`{"truncated":true,"size":`)
+	b = strconv.AppendInt(b, int64(len(data)), 10)
+	b = append(b, `,"sha256":"`...)
+	b = append(b, hex.EncodeToString(sum[:])...)
+	b = append(b, `","key":`...)
+	b = appendString(b, m.key)
+	return append(b, '}')
 }
