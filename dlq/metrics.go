@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/promreg"
 )
 
 type metrics struct {
@@ -33,27 +35,13 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_dropped_by_limit_total",
 			Help: "Dead letters the DLQ stream dropped at dlq.max_bytes or dlq.max_age (inferred by the sweeper)."}),
 	}
-	for _, c := range []prometheus.Collector{m.deadLetters, m.replayed, m.discarded, m.parkedKeys, m.advisories, m.dropped} {
-		if err := r.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			switch c {
-			case m.deadLetters:
-				m.deadLetters = are.ExistingCollector.(*prometheus.CounterVec)
-			case m.replayed:
-				m.replayed = are.ExistingCollector.(*prometheus.CounterVec)
-			case m.discarded:
-				m.discarded = are.ExistingCollector.(*prometheus.CounterVec)
-			case m.parkedKeys:
-				m.parkedKeys = are.ExistingCollector.(prometheus.Gauge)
-			case m.advisories:
-				m.advisories = are.ExistingCollector.(prometheus.Counter)
-			case m.dropped:
-				m.dropped = are.ExistingCollector.(prometheus.Counter)
-			}
-		}
+	// Several DLQs in one process share the families.
+	if err := errors.Join(
+		promreg.Register(r, &m.deadLetters), promreg.Register(r, &m.replayed),
+		promreg.Register(r, &m.discarded), promreg.Register(r, &m.parkedKeys),
+		promreg.Register(r, &m.advisories), promreg.Register(r, &m.dropped),
+	); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -1,12 +1,12 @@
 package dlq
 
 import (
-	"slices"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetbus/jetbus/internal/promreg"
 )
 
 // otherTopic labels the refusals of subjects that are not an allowed topic, so that clients
@@ -63,42 +65,16 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	if r == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.rejected, m.latency, m.inflight, m.stalled,
-		m.stalls, m.stalledSecs, m.unavailable, m.dropped, m.abandoned, m.verbsRefused, m.refusalsDropped} {
-		if err := r.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return nil, err
-			}
-			switch c {
-			case m.accepted:
-				m.accepted = are.ExistingCollector.(*prometheus.CounterVec)
-			case m.duplicates:
-				m.duplicates = are.ExistingCollector.(*prometheus.CounterVec)
-			case m.rejected:
-				m.rejected = are.ExistingCollector.(*prometheus.CounterVec)
-			case m.latency:
-				m.latency = are.ExistingCollector.(*prometheus.HistogramVec)
-			case m.inflight:
-				m.inflight = are.ExistingCollector.(prometheus.Gauge)
-			case m.stalled:
-				m.stalled = are.ExistingCollector.(prometheus.Gauge)
-			case m.stalls:
-				m.stalls = are.ExistingCollector.(prometheus.Counter)
-			case m.stalledSecs:
-				m.stalledSecs = are.ExistingCollector.(prometheus.Counter)
-			case m.unavailable:
-				m.unavailable = are.ExistingCollector.(prometheus.Gauge)
-			case m.dropped:
-				m.dropped = are.ExistingCollector.(prometheus.Counter)
-			case m.abandoned:
-				m.abandoned = are.ExistingCollector.(prometheus.Counter)
-			case m.verbsRefused:
-				m.verbsRefused = are.ExistingCollector.(prometheus.Counter)
-			case m.refusalsDropped:
-				m.refusalsDropped = are.ExistingCollector.(prometheus.Counter)
-			}
-		}
+	// Several ingresses in one process share the families.
+	if err := errors.Join(
+		promreg.Register(r, &m.accepted), promreg.Register(r, &m.duplicates),
+		promreg.Register(r, &m.rejected), promreg.Register(r, &m.latency),
+		promreg.Register(r, &m.inflight), promreg.Register(r, &m.stalled), promreg.Register(r, &m.stalls),
+		promreg.Register(r, &m.stalledSecs), promreg.Register(r, &m.unavailable),
+		promreg.Register(r, &m.dropped), promreg.Register(r, &m.abandoned),
+		promreg.Register(r, &m.verbsRefused), promreg.Register(r, &m.refusalsDropped),
+	); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -17,7 +17,7 @@ func TestWithinDepth(t *testing.T) {
 		{`[]`, 1, true},
 		{`{"a":[{"b":[1]}]}`, 4, true},
 		{`{"a":[{"b":[1]}]}`, 3, false},
-		{`["[[[[[[", "{{{{"]`, 1, true},       // brackets in strings do not count
+		{`["[[[[[[", "{{{{"]`, 1, true},     // brackets in strings do not count
 		{`["\"[[[[", {"k\\":[]}]`, 3, true}, // nor do escaped quotes end a string
 		{`["\"[[[[", {"k\\":[]}]`, 2, false},
 		{strings.Repeat("[", 129) + strings.Repeat("]", 129), 128, false},

@@ -2,6 +2,7 @@ package process
 
 import (
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jetbus/jetbus/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -65,7 +67,7 @@ type httpMetrics struct {
 }
 
 // newHTTPMetrics registers the HTTP metrics on reg (nil: nowhere).
-func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
+func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	m := &httpMetrics{
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "http_connections_open",
 			Help: "HTTP connections open, on every listener of the process."}),
@@ -74,10 +76,10 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	}
 	m.refused.WithLabelValues("connections")
 	m.refused.WithLabelValues("requests")
-	if reg != nil {
-		reg.MustRegister(m.open, m.refused)
+	if err := errors.Join(promreg.Register(reg, &m.open), promreg.Register(reg, &m.refused)); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }
 
 // NewServer returns an http.Server of h within the process's limits (http section): the

@@ -116,7 +116,10 @@ func Run(ctx context.Context, spec Spec) error {
 	reg := ops.NewRegistry()
 	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups), limits: limitsOf(cfg)}
 	env.conns = &connCount{max: int64(env.limits.withDefaults().MaxConnections)}
-	env.http = newHTTPMetrics(env.Metrics)
+	var err error
+	if env.http, err = newHTTPMetrics(env.Metrics); err != nil {
+		return err
+	}
 	if cfg.Auth.Open && (!config.Loopback(cfg.HTTP.Addr) || cfg.HTTP.APIAddr != "" && !config.Loopback(cfg.HTTP.APIAddr)) {
 		log.Warn("auth.open: views, /v1/ops/status and /metrics are served without authentication to anyone who reaches this address",
 			"addr", cfg.HTTP.Addr, "api_addr", cfg.HTTP.APIAddr)
