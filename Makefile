@@ -78,9 +78,16 @@ e2e: e2e-node
 	JETBUS_E2E_RESULTS=$(E2E_RESULTS) $(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e/
 
 ## test-long: the long variants (build tag long): the transactional projection killed with
-## SIGKILL mid-batch twelve times over 30,000 events (make test runs three kills over 3,000).
+## SIGKILL mid-batch twelve times over 30,000 events (make test runs three kills over 3,000);
+## 5,000 keep-alive HTTP clients against one projector for a minute (latencies logged, and
+## written to LOAD_RESULTS; make test runs 300 for 5 s); a flood of refused 256 KiB messages
+## for 30 s beside 20,000 valid ones (make test: 5 s, 5,000).
+LOAD_RESULTS ?= $(CURDIR)/bin/load-results.txt
 test-long:
 	$(GO) test -race -count=1 -tags long -timeout 30m -run 'SIGKILL' ./projection/
+	mkdir -p $(dir $(LOAD_RESULTS))
+	JETBUS_LOAD_RESULTS=$(LOAD_RESULTS) $(GO) test -count=1 -tags long -timeout 10m -run '^TestHTTPLoad$$' -v ./cmd/cmdtest/
+	$(GO) test -race -count=1 -tags long -timeout 10m -run '^TestFloodOfRefusals$$' -v ./ingress/
 
 ## dev: the whole pipeline on one machine from examples/jetbus.yaml (DEV_CONFIG): dev builds
 ## (-tags dev) of bridge and projector, started by bin/dev/jetbus-dev: the bridge with the
