@@ -39,6 +39,7 @@ type request struct {
 	labels         []string // error labels set by failCommand, replacing the server's
 	overrideLabels bool
 	streamCursor   bool // a getMore on a change stream cursor
+	checkedOut     bool // the request holds its session (see session.checkedOut)
 }
 
 func (r *request) view() view { return view{st: r.st, tx: r.tx} }
@@ -157,6 +158,10 @@ func (s *Server) handle(c *conn, m *message) bson.D {
 	r := &request{s: s, st: s.st, conn: c, name: name, db: dbName, cmd: cmd}
 	lastOp, ver := c.lastOp, s.st.ver
 	reply, err := s.dispatch(r)
+	if r.checkedOut {
+		r.sess.checkedOut = false
+		s.cond.Broadcast()
+	}
 	wrote := s.st.ver != ver
 	if wrote {
 		c.lastOp = s.st.ver
@@ -270,7 +275,16 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 		}
 	}
 	r.ran = true
+	if retry {
+		if err := r.txnWriteBefore(); err != nil {
+			return nil, err
+		}
+	}
+	verBefore := r.st.ver
 	reply, err := callHandler(h, r)
+	if retry && err == nil && r.st.ver != verBefore {
+		r.txnWriteAfter()
+	}
 	if r.tx != nil && r.name != "commitTransaction" && r.name != "abortTransaction" {
 		if err != nil || hasWriteErrors(reply) {
 			r.st.abortTxn(r.tx)

@@ -71,7 +71,8 @@
 //   - createIndexes (key, name, unique, sparse, partialFilterExpression,
 //     expireAfterSeconds), listIndexes, dropIndexes (by name, names, key pattern or "*").
 //   - commitTransaction, abortTransaction.
-//   - configureFailPoint with the failCommand fail point (see Fail points).
+//   - configureFailPoint with the failCommand, failGetMoreAfterCursorCheckout and
+//     onPrimaryTransactionalWrite fail points (see Fail points).
 //
 // # Queries
 //
@@ -138,8 +139,22 @@
 // closeConnection, blockConnection with blockTimeMS (checked when the fail point fires),
 // writeConcernError (added after a command that takes a write concern ran), appName (from
 // the handshake's client metadata), threadName ("conn<n>"), namespace and
-// failInternalCommands (no client of this server is internal). Other fail points are not
-// supported.
+// failInternalCommands (no client of this server is internal).
+//
+// failGetMoreAfterCursorCheckout fails a getMore after it checked out its cursor with
+// data.errorCode (default InternalError, 1), filtered by appName, namespace and
+// threadName as failCommand is; the cursor is destroyed, and a change stream's getMore
+// gets the labels MongoDB adds (ResumableChangeStreamError for resumable codes), so
+// drivers resume. onPrimaryTransactionalWrite applies to retryable writes: without
+// failBeforeCommitExceptionCode the write is applied and recorded and the connection is
+// closed before the reply (closeConnection, default true), so the retry gets the
+// recorded result; with it the write fails before anything is applied. It fires once
+// per command (MongoDB: once per written statement). Other fail points are refused with
+// BadValue naming them.
+//
+// As in MongoDB, a command waits while another command of the same session runs
+// (session checkout): a retried commitTransaction waits for the commit a blockConnection
+// holds.
 //
 // Replies carry the labels MongoDB's ErrorLabelBuilder adds: TransientTransactionError
 // inside transactions, RetryableWriteError (and NoWritesPerformed) for retryable writes and
