@@ -429,12 +429,14 @@ func parseStageV(raw any, lookup collLookup, vars exprVars) (*stage, error) {
 	name, arg := d[0].Key, d[0].Value
 	st := &stage{name: name, arg: arg}
 	switch name {
+	case "$listSearchIndexes":
+		return nil, errSearchNotEnabled()
 	case "$match":
 		f, ok := arg.(bson.D)
 		if !ok {
 			return nil, newErr(15959, "the match filter must be an expression in an object")
 		}
-		m, err := compileFilter(f)
+		m, err := compileFilterV(f, vars)
 		if err != nil {
 			return nil, err
 		}
@@ -707,9 +709,14 @@ func parseLookup(arg any, lookup collLookup) (func([]bson.D) ([]bson.D, error), 
 }
 
 func parsePipeline(p bson.A, lookup collLookup) ([]*stage, error) {
+	return parsePipelineV(p, lookup, nil)
+}
+
+// parsePipelineV is parsePipeline with the variables of the command's let.
+func parsePipelineV(p bson.A, lookup collLookup, vars exprVars) ([]*stage, error) {
 	stages := make([]*stage, 0, len(p))
 	for _, raw := range p {
-		st, err := parseStage(raw, lookup)
+		st, err := parseStageV(raw, lookup, vars)
 		if err != nil {
 			return nil, err
 		}

@@ -38,8 +38,9 @@ type request struct {
 	ran            bool     // the command's handler was reached
 	labels         []string // error labels set by failCommand, replacing the server's
 	overrideLabels bool
-	streamCursor   bool // a getMore on a change stream cursor
-	checkedOut     bool // the request holds its session (see session.checkedOut)
+	streamCursor   bool     // a getMore on a change stream cursor
+	checkedOut     bool     // the request holds its session (see session.checkedOut)
+	vars           exprVars // the command's let variables (with NOW and CLUSTER_TIME), once read
 }
 
 func (r *request) view() view { return view{st: r.st, tx: r.tx} }
@@ -92,39 +93,50 @@ var retryableWrites = map[string]bool{"insert": true, "update": true, "delete": 
 
 func init() {
 	commands = map[string]handler{
-		"ping":               cmdPing,
-		"buildInfo":          cmdBuildInfo,
-		"buildinfo":          cmdBuildInfo,
-		"endSessions":        cmdEndSessions,
-		"killSessions":       cmdKillSessions,
-		"refreshSessions":    cmdPing,
-		"listDatabases":      cmdListDatabases,
-		"listCollections":    cmdListCollections,
-		"create":             cmdCreate,
-		"drop":               cmdDrop,
-		"dropDatabase":       cmdDropDatabase,
-		"getMore":            cmdGetMore,
-		"killCursors":        cmdKillCursors,
-		"count":              cmdCount,
-		"insert":             cmdInsert,
-		"update":             cmdUpdate,
-		"delete":             cmdDelete,
-		"find":               cmdFind,
-		"findAndModify":      cmdFindAndModify,
-		"findandmodify":      cmdFindAndModify,
-		"distinct":           cmdDistinct,
-		"aggregate":          cmdAggregate,
-		"createIndexes":      cmdCreateIndexes,
-		"listIndexes":        cmdListIndexes,
-		"dropIndexes":        cmdDropIndexes,
-		"deleteIndexes":      cmdDropIndexes,
-		"commitTransaction":  cmdCommitTransaction,
-		"abortTransaction":   cmdAbortTransaction,
-		"configureFailPoint": cmdConfigureFailPoint,
-		"renameCollection":   cmdRenameCollection,
-		"collMod":            cmdCollMod,
+		"ping":                cmdPing,
+		"buildInfo":           cmdBuildInfo,
+		"buildinfo":           cmdBuildInfo,
+		"endSessions":         cmdEndSessions,
+		"killSessions":        cmdKillSessions,
+		"refreshSessions":     cmdPing,
+		"listDatabases":       cmdListDatabases,
+		"listCollections":     cmdListCollections,
+		"create":              cmdCreate,
+		"drop":                cmdDrop,
+		"dropDatabase":        cmdDropDatabase,
+		"getMore":             cmdGetMore,
+		"killCursors":         cmdKillCursors,
+		"count":               cmdCount,
+		"insert":              cmdInsert,
+		"update":              cmdUpdate,
+		"delete":              cmdDelete,
+		"find":                cmdFind,
+		"findAndModify":       cmdFindAndModify,
+		"findandmodify":       cmdFindAndModify,
+		"distinct":            cmdDistinct,
+		"aggregate":           cmdAggregate,
+		"createIndexes":       cmdCreateIndexes,
+		"listIndexes":         cmdListIndexes,
+		"dropIndexes":         cmdDropIndexes,
+		"deleteIndexes":       cmdDropIndexes,
+		"commitTransaction":   cmdCommitTransaction,
+		"abortTransaction":    cmdAbortTransaction,
+		"configureFailPoint":  cmdConfigureFailPoint,
+		"renameCollection":    cmdRenameCollection,
+		"collMod":             cmdCollMod,
+		"createSearchIndexes": cmdSearchIndex,
+		"updateSearchIndex":   cmdSearchIndex,
+		"dropSearchIndex":     cmdSearchIndex,
 	}
 }
+
+// errSearchNotEnabled is what a MongoDB 7.0 server outside Atlas answers to the
+// search index commands and $listSearchIndexes.
+func errSearchNotEnabled() error {
+	return &cmdError{Code: 31082, CodeName: "SearchNotEnabled", Msg: "Using Atlas Search Database Commands and the $listSearchIndexes aggregation stage requires additional configuration. Please connect to Atlas or an AtlasCLI local deployment to enable. For more information on how to connect, see https://dochub.mongodb.org/core/atlas-cli-deploy-local-reqs"}
+}
+
+func cmdSearchIndex(r *request) (bson.D, error) { return nil, errSearchNotEnabled() }
 
 // handle executes one wire message and returns the reply document.
 func (s *Server) handle(c *conn, m *message) bson.D {

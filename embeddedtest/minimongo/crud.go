@@ -248,6 +248,7 @@ func dollarKey(v any) (string, bool) {
 // CLUSTER_TIME.
 func (r *request) letVars() (exprVars, error) {
 	vars := exprVars{"NOW": bson.NewDateTimeFromTime(time.Now()), "CLUSTER_TIME": r.st.clusterTime()}
+	r.vars = vars
 	v, ok := r.arg("let")
 	if !ok || v == nil {
 		return vars, nil
@@ -269,6 +270,7 @@ func (r *request) letVars() (exprVars, error) {
 		}
 		vars[e.Key] = val
 	}
+	r.vars = vars
 	return vars, nil
 }
 
@@ -398,7 +400,7 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 	if multi && spec.isRepl {
 		return nil, newErr(codeFailedToParse, "multi update is not supported for replacement-style update")
 	}
-	m, err := compileFilter(q)
+	m, err := compileFilterV(q, r.vars)
 	if err != nil {
 		return nil, err
 	}
@@ -622,7 +624,7 @@ func cmdDelete(r *request) (bson.D, error) {
 	if err := r.checkFields("deletes", "ordered", "let"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("let"); err != nil {
+	if _, err := r.letVars(); err != nil {
 		return nil, err
 	}
 	name, err := r.collName()
@@ -691,7 +693,7 @@ func (r *request) deleteStmt(name string, stmt bson.D) (int32, error) {
 	if limit < 0 {
 		return 0, newErr(codeFailedToParse, "BSON field 'delete.deletes.limit' is missing but a required field")
 	}
-	m, err := compileFilter(q)
+	m, err := compileFilterV(q, r.vars)
 	if err != nil {
 		return 0, err
 	}
@@ -751,7 +753,7 @@ func (r *request) checkHint(coll string, hint any) error {
 
 // query runs filter/sort/skip/limit over a collection.
 func (r *request) query(name string, filter, sortSpec bson.D, skip, limit int64) ([]bson.D, error) {
-	m, err := compileFilter(filter)
+	m, err := compileFilterV(filter, r.vars)
 	if err != nil {
 		return nil, err
 	}
@@ -804,7 +806,10 @@ func cmdFind(r *request) (bson.D, error) {
 		"allowPartialResults", "collation", "allowDiskUse", "let", "oplogReplay", "readOnce"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("max", "min", "returnKey", "showRecordId", "tailable", "awaitData", "collation", "let", "oplogReplay"); err != nil {
+	if err := r.rejectOptions("max", "min", "returnKey", "showRecordId", "tailable", "awaitData", "collation", "oplogReplay"); err != nil {
+		return nil, err
+	}
+	if _, err := r.letVars(); err != nil {
 		return nil, err
 	}
 	name, err := r.collName()
@@ -1120,7 +1125,11 @@ func cmdAggregate(r *request) (bson.D, error) {
 		"collation", "hint", "let", "needsMerge", "fromMongos"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("explain", "collation", "let", "needsMerge", "fromMongos"); err != nil {
+	if err := r.rejectOptions("explain", "collation", "needsMerge", "fromMongos"); err != nil {
+		return nil, err
+	}
+	vars, err := r.letVars()
+	if err != nil {
 		return nil, err
 	}
 	var name string
@@ -1145,7 +1154,7 @@ func cmdAggregate(r *request) (bson.D, error) {
 			return r.openChangeStream(name, d[0].Value, pipeline[1:])
 		}
 	}
-	stages, err := parsePipeline(pipeline, func(coll string) []bson.D {
+	stages, err := parsePipelineV(pipeline, func(coll string) []bson.D {
 		c := r.coll(coll)
 		if c == nil {
 			return nil
@@ -1155,7 +1164,7 @@ func cmdAggregate(r *request) (bson.D, error) {
 			docs = append(docs, kd.doc)
 		}
 		return docs
-	})
+	}, vars)
 	if err != nil {
 		return nil, err
 	}

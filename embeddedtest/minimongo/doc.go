@@ -42,7 +42,7 @@
 //     strict, moderate or warn, skipped with bypassDocumentValidation, failing a write
 //     with DocumentValidationFailure (121, errInfo.failingDocumentId; no errInfo.details).
 //   - insert; update with many statements, upsert, multi, replacement documents, pipeline
-//     updates, arrayFilters, hint and let; delete (limit 0 or 1); ordered and unordered
+//     updates, arrayFilters, hint and let; delete (limit 0 or 1, let); ordered and unordered
 //     execution with writeErrors carrying their index; n, nModified and upserted as MongoDB
 //     reports them; _id generated as an ObjectId and stored first; '$'-prefixed field names
 //     in _id refused (52). As in 7.0, an update statement's sort is an unknown field (40415).
@@ -54,20 +54,22 @@
 //     UnknownReplWriteConcern (79), as the primary of a one-member replica set does.
 //   - find: filter, sort, skip, limit (negative: single batch), projection (inclusion,
 //     exclusion, dotted paths, aggregation field paths and $literal), batchSize,
-//     singleBatch, hint, noCursorTimeout; cursors continued with getMore.
+//     singleBatch, hint, noCursorTimeout, let; cursors continued with getMore.
 //   - findAndModify: query, sort, update (operators, replacement or pipeline), remove, new,
 //     upsert, fields, arrayFilters, let. distinct (arrays unwound, values deduplicated by BSON equality).
 //   - aggregate with $match, $sort, $skip, $limit, $project, $addFields/$set, $unset,
 //     $replaceRoot/$replaceWith, $count, $group ($sum, $avg, $min, $max, $first, $last,
 //     $push, $addToSet, $count; _id from field paths, documents of expressions or
 //     constants), $unwind (string or document form), $sortByCount, $lookup (from,
-//     localField, foreignField, as; not the let/pipeline form) and $changeStream.
-//     Expressions are field paths, $$ROOT/$$CURRENT/$$REMOVE (and in updates $$NOW,
-//     $$CLUSTER_TIME and the command's let variables), literals, documents and arrays of
+//     localField, foreignField, as; not the let/pipeline form) and $changeStream, with let.
+//     Expressions are field paths, $$ROOT/$$CURRENT/$$REMOVE, $$NOW, $$CLUSTER_TIME and the
+//     command's let variables (also in query filters' $expr), literals, documents and arrays of
 //     expressions, and the operators $literal $add $subtract $multiply $divide $mod
 //     $concat $toUpper $toLower $eq $ne $gt $gte $lt $lte $cmp $and $or $not $cond $switch
-//     $ifNull $size $arrayElemAt $in $type $max $min $mergeObjects; other expression
-//     operators fail with 168.
+//     $ifNull $size $arrayElemAt $in $type $max $min $mergeObjects $getField $setField
+//     $unsetField; other expression operators fail with 168.
+//   - createSearchIndexes, updateSearchIndex, dropSearchIndex and $listSearchIndexes fail
+//     with SearchNotEnabled (31082), as a MongoDB 7.0 server outside Atlas answers them.
 //   - createIndexes (key, name, unique, sparse, partialFilterExpression,
 //     expireAfterSeconds), listIndexes, dropIndexes (by name, names, key pattern or "*").
 //   - commitTransaction, abortTransaction.
@@ -214,8 +216,8 @@
 //
 // Authentication, TLS, compression, collations, text/geo/hashed/wildcard indexes,
 // $where/$text/$jsonSchema and geo/bitwise query operators ($jsonSchema validators
-// included), aggregation stages and expression operators not listed above, let outside
-// update and findAndModify, an update statement's constants (c), views, capped and
+// included), aggregation stages and expression operators not listed above, an update
+// statement's constants (c), views, capped and
 // time-series collections, renameCollection across databases, collMod options other than
 // those above, fail points other than failCommand, explain, snapshot reads outside
 // transactions, showExpandedEvents in change streams, query plans (hints are checked for
