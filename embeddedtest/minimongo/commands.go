@@ -38,12 +38,19 @@ type request struct {
 	ran            bool     // the command's handler was reached
 	labels         []string // error labels set by failCommand, replacing the server's
 	overrideLabels bool
-	streamCursor   bool     // a getMore on a change stream cursor
-	checkedOut     bool     // the request holds its session (see session.checkedOut)
-	vars           exprVars // the command's let variables (with NOW and CLUSTER_TIME), once read
+	streamCursor   bool           // a getMore on a change stream cursor
+	checkedOut     bool           // the request holds its session (see session.checkedOut)
+	vars           exprVars       // the command's let variables (with NOW and CLUSTER_TIME), once read
+	snap           *txn           // a snapshot read outside transactions reads through this
+	snapTS         bson.Timestamp // and reports this as atClusterTime
 }
 
-func (r *request) view() view { return view{st: r.st, tx: r.tx} }
+func (r *request) view() view {
+	if r.snap != nil {
+		return view{st: r.st, tx: r.snap}
+	}
+	return view{st: r.st, tx: r.tx}
+}
 
 // arg returns a command field.
 func (r *request) arg(k string) (any, bool) { return lookupField(r.cmd, k) }
@@ -264,8 +271,14 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 		return nil, err
 	}
 	if rc, ok := r.arg("readConcern"); ok {
-		if err := checkReadConcern(rc, r.auto != nil); err != nil {
+		snap, at, err := checkReadConcern(rc, r.auto != nil)
+		if err != nil {
 			return nil, err
+		}
+		if snap && r.auto == nil {
+			if err := r.snapshotRead(at); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if r.auto != nil && !txnCommands[r.name] {
@@ -309,6 +322,9 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 		r.sess.retryNum = *r.txnNum
 		r.sess.retryReply = reply
 	}
+	if r.snap != nil {
+		reply = r.withAtClusterTime(reply)
+	}
 	return reply, nil
 }
 
@@ -317,29 +333,43 @@ func hasWriteErrors(reply bson.D) bool {
 	return ok
 }
 
-func checkReadConcern(rc any, inTxn bool) error {
+// checkReadConcern validates a read concern; it reports a snapshot read and its
+// atClusterTime.
+func checkReadConcern(rc any, inTxn bool) (bool, *bson.Timestamp, error) {
 	d, ok := rc.(bson.D)
 	if !ok {
-		return newErr(codeTypeMismatch, "BSON field 'readConcern' is the wrong type '%s', expected type 'object'", typeName(rc))
+		return false, nil, newErr(codeTypeMismatch, "BSON field 'readConcern' is the wrong type '%s', expected type 'object'", typeName(rc))
 	}
+	snap := false
+	var at *bson.Timestamp
 	for _, e := range d {
 		switch e.Key {
 		case "level":
 			switch e.Value {
 			case "local", "majority", "available", "linearizable":
 			case "snapshot":
-				if !inTxn {
-					return errUnsupported("readConcern level 'snapshot' outside transactions")
-				}
+				snap = true
 			default:
-				return errBadValue("Invalid readConcern level " + formatValue(e.Value))
+				return false, nil, errBadValue("Invalid readConcern level " + formatValue(e.Value))
 			}
+		case "atClusterTime":
+			ts, ok := e.Value.(bson.Timestamp)
+			if !ok {
+				return false, nil, newErr(codeTypeMismatch, "BSON field 'readConcern.atClusterTime' is the wrong type '%s', expected type 'timestamp'", typeName(e.Value))
+			}
+			at = &ts
 		case "afterClusterTime", "provenance":
 		default:
-			return errUnsupported("readConcern option " + e.Key)
+			return false, nil, errUnsupported("readConcern option " + e.Key)
 		}
 	}
-	return nil
+	if at != nil && !snap {
+		return false, nil, newErr(codeInvalidOptions, "readConcern level must be snapshot to specify atClusterTime")
+	}
+	if at != nil && inTxn {
+		return false, nil, errUnsupported("readConcern atClusterTime inside a transaction")
+	}
+	return snap, at, nil
 }
 
 // ---- handshake and administrative commands ----

@@ -130,6 +130,14 @@
 // or by writing) and the indexes it builds on them are private to it until it commits and
 // gone if it aborts; createIndexes on a collection that existed before fails with 263.
 //
+// Snapshot reads outside transactions (readConcern level "snapshot" on find, aggregate and
+// distinct, optionally with atClusterTime, as snapshot sessions send them) read the state
+// at one cluster time and report it as atClusterTime (in the cursor, or at the top level
+// of distinct). The history a snapshot needs is kept for 300 s (MongoDB's
+// minSnapshotHistoryWindowInSeconds); an older atClusterTime fails with SnapshotTooOld
+// (239), a future one with InvalidOptions (72), and other commands refuse the snapshot
+// read concern with InvalidOptions.
+//
 // # Fail points and error labels
 //
 // configureFailPoint (on admin) configures failCommand as MongoDB 7 does, so tests written
@@ -219,8 +227,8 @@
 // included), aggregation stages and expression operators not listed above, an update
 // statement's constants (c), views, capped and
 // time-series collections, renameCollection across databases, collMod options other than
-// those above, fail points other than failCommand, explain, snapshot reads outside
-// transactions, showExpandedEvents in change streams, query plans (hints are checked for
+// those above, fail points other than those above, explain, showExpandedEvents in change
+// streams, query plans (hints are checked for
 // existence only; only _id and unique indexes speed up lookups), and durability of each
 // write (see Persistence).
 package minimongo

@@ -53,6 +53,9 @@ type storage struct {
 	sessions map[string]*session
 	active   map[*txn]struct{}
 	locks    map[string]*txn
+	// snapReads are the snapshots of snapshot reads outside transactions, by
+	// cluster time; their history is kept like that of open transactions
+	snapReads map[bson.Timestamp]*snapRead
 }
 
 func newStorage(s *Server) *storage {
@@ -320,7 +323,7 @@ func (st *storage) commitWrite(c *collection, key string, newDoc bson.D, seq uin
 		ix.remove(key, oldDoc)
 		ix.add(key, newDoc)
 	}
-	keep := len(st.active) > 0
+	keep := len(st.active) > 0 || len(st.snapReads) > 0
 	if newDoc == nil && !keep {
 		if old != nil {
 			delete(c.docs, key)
@@ -355,7 +358,7 @@ func (st *storage) nextSeq() uint64 {
 
 // gc drops old versions once no transaction can read them.
 func (st *storage) gc() {
-	if len(st.active) > 0 || !st.retained {
+	if len(st.active) > 0 || len(st.snapReads) > 0 || !st.retained {
 		return
 	}
 	st.retained = false
@@ -378,6 +381,7 @@ func (st *storage) sweep(now time.Time) {
 	st.expireCursors(now)
 	st.expireTxns(now)
 	st.expireSessions(now)
+	st.expireSnapshots(now)
 	st.s.cond.Broadcast()
 }
 

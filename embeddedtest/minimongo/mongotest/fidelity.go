@@ -1,10 +1,13 @@
 package mongotest
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -83,4 +86,52 @@ var fidelityTests = map[string]func(t *testing.T, env Env){
 		_, err = coll.Aggregate(ctx, A(D("$project", D("x", D("$setField", D("field", "a", "input", 5, "value", 1))))))
 		requireCode(t, err, 4161105)
 	},
+}
+
+func init() {
+	fidelityTests["SnapshotReadsOutsideTransactions"] = func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		coll := env.DB.Collection("c")
+		_, err := coll.InsertOne(ctx, D("_id", 1, "x", "a"))
+		require.NoError(t, err)
+		sess, err := env.DB.Client().StartSession(options.Session().SetSnapshot(true))
+		require.NoError(t, err)
+		defer sess.EndSession(context.Background())
+		sctx := mongo.NewSessionContext(ctx, sess)
+		require.Len(t, findAll(t, coll, D()), 1)
+		cur, err := coll.Find(sctx, D())
+		require.NoError(t, err)
+		var first []bson.D
+		require.NoError(t, cur.All(sctx, &first))
+		require.Len(t, first, 1)
+		require.NotZero(t, sess.SnapshotTime().T, "the server reported atClusterTime")
+
+		// writes after the snapshot are not seen by the session's later reads
+		_, err = coll.InsertOne(ctx, D("_id", 2, "x", "b"))
+		require.NoError(t, err)
+		_, err = coll.UpdateOne(ctx, D("_id", 1), D("$set", D("x", "changed")))
+		require.NoError(t, err)
+		cur, err = coll.Find(sctx, D())
+		require.NoError(t, err)
+		var again []bson.D
+		require.NoError(t, cur.All(sctx, &again))
+		requireJSON(t, `[{"_id":1,"x":"a"}]`, again)
+		cur, err = coll.Aggregate(sctx, A(D("$match", D())))
+		require.NoError(t, err)
+		var agg []bson.D
+		require.NoError(t, cur.All(sctx, &agg))
+		requireJSON(t, `[{"_id":1,"x":"a"}]`, agg)
+		var vals []string
+		require.NoError(t, coll.Distinct(sctx, "x", D()).Decode(&vals))
+		require.Equal(t, []string{"a"}, vals)
+		require.Len(t, findAll(t, coll, D()), 2, "reads outside the session see the latest state")
+
+		// writes are not snapshot reads
+		err = env.DB.RunCommand(ctx, D("insert", "c", "documents", A(D("_id", 3)), "readConcern", D("level", "snapshot"))).Err()
+		require.Error(t, err)
+		// a snapshot in the future is refused
+		future := bson.Timestamp{T: uint32(time.Now().Add(time.Hour).Unix()), I: 1}
+		err = env.DB.RunCommand(ctx, D("find", "c", "readConcern", D("level", "snapshot", "atClusterTime", future))).Err()
+		require.Error(t, err)
+	}
 }
