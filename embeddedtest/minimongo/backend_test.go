@@ -82,8 +82,8 @@ func TestUnsupportedFailsLoudly(t *testing.T) {
 	requireCode(t, err, 2, "capped")
 	err = db.RunCommand(ctx, d("find", "c", "readConcern", d("level", "snapshot", "atClusterTime", bson.Timestamp{T: 1, I: 1}))).Err()
 	requireCode(t, err, 239, "older than the oldest available") // snapshot history is kept, not forever
-	_, err = coll.Watch(ctx, bson.A{}, options.ChangeStream().SetShowExpandedEvents(true))
-	requireCode(t, err, 2, "showExpandedEvents")
+	_, err = coll.Find(ctx, d(), options.Find().SetCollation(&options.Collation{Locale: "en", Strength: 2}))
+	requireCode(t, err, 2, "collation")
 	_, err = coll.Watch(ctx, bson.A{d("$group", d("_id", nil))})
 	requireCode(t, err, 20, "$group")
 	err = c.Database("admin").RunCommand(ctx, d("renameCollection", "u.c", "to", "other.d")).Err()

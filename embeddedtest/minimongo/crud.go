@@ -152,7 +152,7 @@ func (r *request) write(c *collection, key string, doc bson.D, ev *event) error 
 			return err
 		}
 	}
-	ev.db, ev.coll, ev.images = c.db, c.name, c.prePostImages
+	ev.db, ev.coll, ev.images, ev.uuid = c.db, c.name, c.prePostImages, c.uuid
 	if r.tx != nil {
 		if err := r.tx.lock(r.st, c, key); err != nil {
 			return err
@@ -470,7 +470,7 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 				if spec.isRepl {
 					ev.op = "replace"
 				} else {
-					ev.updDesc = updateDescription(doc, nd)
+					ev.updDesc, ev.disamb = updateDescription(doc, nd)
 				}
 				if err := r.write(c, kd.key, nd, ev); err != nil {
 					return nil, err
@@ -1154,6 +1154,17 @@ func cmdAggregate(r *request) (bson.D, error) {
 			return r.openChangeStream(name, d[0].Value, pipeline[1:])
 		}
 	}
+	pipeline, out, err := r.splitOutput(pipeline)
+	if err != nil {
+		return nil, err
+	}
+	var source []bson.D
+	hasSource := false
+	if name == "" {
+		if source, pipeline, hasSource, err = r.sourceStage(pipeline, vars); err != nil {
+			return nil, err
+		}
+	}
 	stages, err := parsePipelineV(pipeline, func(coll string) []bson.D {
 		c := r.coll(coll)
 		if c == nil {
@@ -1168,16 +1179,16 @@ func cmdAggregate(r *request) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
-	if name == "" {
-		return nil, errUnsupported("database-level aggregation other than $changeStream")
+	if name == "" && !hasSource {
+		return nil, errUnsupported("database-level aggregation other than $changeStream, $documents and $listLocalSessions")
 	}
-	if h, ok := r.arg("hint"); ok {
+	if h, ok := r.arg("hint"); ok && name != "" {
 		if err := r.checkHint(name, h); err != nil {
 			return nil, err
 		}
 	}
-	var docs []bson.D
-	if c := r.coll(name); c != nil {
+	docs := source
+	if c := r.coll(name); c != nil && name != "" {
 		for _, kd := range r.view().all(c) {
 			docs = append(docs, kd.doc)
 		}
@@ -1186,7 +1197,17 @@ func cmdAggregate(r *request) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.cursorReply(r.db+"."+name, docs, batchSizeOf(r, "cursor"), false)
+	ns := r.db + "." + name
+	if name == "" {
+		ns = r.db + ".$cmd.aggregate"
+	}
+	if out != nil {
+		if err := r.writeOutput(out, docs); err != nil {
+			return nil, err
+		}
+		docs = nil
+	}
+	return r.cursorReply(ns, docs, batchSizeOf(r, "cursor"), false)
 }
 
 func cmdCreateIndexes(r *request) (bson.D, error) {
@@ -1260,6 +1281,13 @@ func cmdCreateIndexes(r *request) (bson.D, error) {
 		reply = append(reply, bson.E{Key: "note", Value: "all indexes already exist"})
 	}
 	reply = append(reply, bson.E{Key: "createdCollectionAutomatically", Value: created})
+	if len(added) > 0 && r.tx == nil {
+		specs := bson.A{}
+		for _, ix := range added {
+			specs = append(specs, ix.spec)
+		}
+		r.st.appendEvent(&event{op: "createIndexes", db: c.db, coll: c.name, uuid: c.uuid, opDesc: bson.D{{Key: "indexes", Value: specs}}})
+	}
 	return okReply(reply...), nil
 }
 
@@ -1295,6 +1323,22 @@ func cmdDropIndexes(r *request) (bson.D, error) {
 		return nil, newErr(codeNamespaceNotFound, "ns not found %s.%s", r.db, name)
 	}
 	was := int32(len(c.indexes))
+	before := append([]*index(nil), c.indexes...)
+	defer func() {
+		dropped := bson.A{}
+		for _, ix := range before {
+			found := false
+			for _, x := range c.indexes {
+				found = found || x == ix
+			}
+			if !found {
+				dropped = append(dropped, ix.spec)
+			}
+		}
+		if len(dropped) > 0 {
+			r.st.appendEvent(&event{op: "dropIndexes", db: c.db, coll: c.name, uuid: c.uuid, opDesc: bson.D{{Key: "indexes", Value: dropped}}})
+		}
+	}()
 	spec, _ := r.arg("index")
 	drop := func(match func(ix *index) bool, desc string) error {
 		for i, ix := range c.indexes {

@@ -61,13 +61,20 @@
 //     $replaceRoot/$replaceWith, $count, $group ($sum, $avg, $min, $max, $first, $last,
 //     $push, $addToSet, $count; _id from field paths, documents of expressions or
 //     constants), $unwind (string or document form), $sortByCount, $lookup (from,
-//     localField, foreignField, as; not the let/pipeline form) and $changeStream, with let.
+//     localField, foreignField, as; not the let/pipeline form) and $changeStream, with let;
+//     a final $out (string or {db, coll}) or $merge (into, on, whenMatched replace,
+//     keepExisting, merge, fail or a pipeline with $$new and let, whenNotMatched insert,
+//     discard or fail; an 'on' other than _id needs a unique index, 51183), outside
+//     transactions. $out replaces the target's documents with deletes and inserts (change
+//     streams on the target see those; MongoDB renames a temporary collection over it),
+//     refusing duplicate _ids before writing. Database-level aggregate ({aggregate: 1})
+//     starts with $documents or $listLocalSessions (or $changeStream).
 //     Expressions are field paths, $$ROOT/$$CURRENT/$$REMOVE, $$NOW, $$CLUSTER_TIME and the
 //     command's let variables (also in query filters' $expr), literals, documents and arrays of
 //     expressions, and the operators $literal $add $subtract $multiply $divide $mod
 //     $concat $toUpper $toLower $eq $ne $gt $gte $lt $lte $cmp $and $or $not $cond $switch
 //     $ifNull $size $arrayElemAt $in $type $max $min $mergeObjects $getField $setField
-//     $unsetField; other expression operators fail with 168.
+//     $unsetField $rand; other expression operators fail with 168.
 //   - createSearchIndexes, updateSearchIndex, dropSearchIndex and $listSearchIndexes fail
 //     with SearchNotEnabled (31082), as a MongoDB 7.0 server outside Atlas answers them.
 //   - createIndexes (key, name, unique, sparse, partialFilterExpression,
@@ -179,7 +186,13 @@
 // removedFields and truncatedArrays), replace, delete, drop, dropDatabase, rename (ns and
 // to; it invalidates streams on the source and the target collection) and invalidate,
 // with documentKey, clusterTime, wallTime, and lsid/txnNumber for transaction writes,
-// which appear at commit in order. fullDocument default, updateLookup, whenAvailable and
+// which appear at commit in order. Updates are described as MongoDB's document diff does:
+// changed subdocuments and array elements field by field ("arr.2"), shortened arrays in
+// truncatedArrays. With showExpandedEvents a stream also sees the DDL events create
+// (explicit and implicit, not for collections a transaction creates), createIndexes,
+// dropIndexes and modify (collMod) with their operationDescription, collectionUUID on
+// every collection event, rename's operationDescription (to, dropTarget) and
+// updateDescription.disambiguatedPaths. fullDocument default, updateLookup, whenAvailable and
 // required; fullDocumentBeforeChange whenAvailable and required (pre- and post-images are
 // recorded for collections created with changeStreamPreAndPostImages). Resume tokens are
 // {_data: "<hex>"} ordered by cluster time, reported as each event's _id and as
@@ -227,8 +240,7 @@
 // included), aggregation stages and expression operators not listed above, an update
 // statement's constants (c), views, capped and
 // time-series collections, renameCollection across databases, collMod options other than
-// those above, fail points other than those above, explain, showExpandedEvents in change
-// streams, query plans (hints are checked for
+// those above, fail points other than those above, explain, query plans (hints are checked for
 // existence only; only _id and unique indexes speed up lookups), and durability of each
 // write (see Persistence).
 package minimongo

@@ -2,6 +2,7 @@ package minimongo
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -48,6 +49,12 @@ func init() {
 		"$arrayElemAt":  exprArrayElemAt,
 		"$in":           exprIn,
 		"$type":         exprType,
+		"$rand": func(args []any, _ bson.D) (any, bool, error) {
+			if d, ok := args[0].(bson.D); !ok || len(d) != 0 {
+				return nil, false, newErr(10065, "invalid parameter: expected an object ($rand)")
+			}
+			return rand.Float64(), true, nil
+		},
 	}
 }
 

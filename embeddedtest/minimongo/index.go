@@ -376,7 +376,7 @@ func (st *storage) expireTTL(now time.Time) {
 					if t, ok := ttlDate(kd.doc, ix.keys[0].Key); ok && t.Before(cutoff) {
 						st.ver++
 						st.commitWrite(c, kd.key, nil, 0)
-						st.appendEvent(&event{op: "delete", db: c.db, coll: c.name, docKey: docKeyOf(kd.doc), preImage: kd.doc, images: c.prePostImages})
+						st.appendEvent(&event{op: "delete", db: c.db, coll: c.name, uuid: c.uuid, docKey: docKeyOf(kd.doc), preImage: kd.doc, images: c.prePostImages})
 					}
 				}
 			}

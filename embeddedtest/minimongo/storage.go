@@ -132,6 +132,7 @@ func (st *storage) createColl(db, name string) (*collection, error) {
 	}
 	c := newCollection(db, name)
 	st.installColl(c)
+	st.appendEvent(&event{op: "create", db: db, coll: name, uuid: c.uuid, opDesc: bson.D{{Key: "idIndex", Value: idIndex().spec}}})
 	return c, nil
 }
 
@@ -166,7 +167,7 @@ func (st *storage) dropColl(c *collection) {
 		delete(st.dbs, c.db) // a database without collections does not exist
 	}
 	st.ver++
-	st.appendEvent(&event{op: "drop", db: c.db, coll: c.name})
+	st.appendEvent(&event{op: "drop", db: c.db, coll: c.name, uuid: c.uuid})
 }
 
 func (st *storage) dropDB(name string) {

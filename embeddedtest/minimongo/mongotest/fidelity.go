@@ -135,3 +135,125 @@ func init() {
 		require.Error(t, err)
 	}
 }
+
+func init() {
+	fidelityTests["OutReplacesTheTarget"] = func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		src, dst := env.DB.Collection("src"), env.DB.Collection("dst")
+		_, err := src.InsertMany(ctx, []any{D("_id", 1, "x", 1), D("_id", 2, "x", 2), D("_id", 3, "x", 3)})
+		require.NoError(t, err)
+		_, err = dst.InsertOne(ctx, D("_id", "old"))
+		require.NoError(t, err)
+		out := aggregate(t, src, A(D("$match", D("x", D("$gte", 2))), D("$project", D("y", "$x")), D("$out", "dst")))
+		require.Empty(t, out, "$out returns no documents")
+		requireJSON(t, `[{"_id":2,"y":2},{"_id":3,"y":3}]`, findAll(t, dst, D(), options.Find().SetSort(D("_id", 1))))
+		_, err = src.Aggregate(ctx, A(D("$out", "dst"), D("$match", D())))
+		requireCode(t, err, 40601) // $out must be last
+		_, err = src.Aggregate(ctx, A(D("$project", D("_id", 0)), D("$addFields", D("_id", 1)), D("$out", "dst")))
+		requireCode(t, err, 11000)
+		requireJSON(t, `[{"_id":2,"y":2},{"_id":3,"y":3}]`, findAll(t, dst, D(), options.Find().SetSort(D("_id", 1))))
+	}
+	fidelityTests["MergeIntoACollection"] = func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		src, dst := env.DB.Collection("src"), env.DB.Collection("dst")
+		_, err := src.InsertMany(ctx, []any{D("_id", 1, "x", 10), D("_id", 2, "x", 20)})
+		require.NoError(t, err)
+		_, err = dst.InsertMany(ctx, []any{D("_id", 1, "x", 1, "keep", true), D("_id", 9, "x", 9)})
+		require.NoError(t, err)
+		aggregate(t, src, A(D("$merge", D("into", "dst"))))
+		requireJSON(t, `[{"_id":1,"x":10,"keep":true},{"_id":2,"x":20},{"_id":9,"x":9}]`, findAll(t, dst, D(), options.Find().SetSort(D("_id", 1))))
+		aggregate(t, src, A(D("$merge", D("into", "dst", "whenMatched", "replace", "whenNotMatched", "discard"))))
+		requireJSON(t, `[{"_id":1,"x":10},{"_id":2,"x":20},{"_id":9,"x":9}]`, findAll(t, dst, D(), options.Find().SetSort(D("_id", 1))))
+		aggregate(t, src, A(D("$merge", D("into", "dst", "whenMatched", A(D("$set", D("x", D("$add", A("$x", "$$new.x")))))))))
+		requireJSON(t, `[{"_id":1,"x":20},{"_id":2,"x":40},{"_id":9,"x":9}]`, findAll(t, dst, D(), options.Find().SetSort(D("_id", 1))))
+		_, err = src.Aggregate(ctx, A(D("$merge", D("into", "dst", "whenMatched", "fail"))))
+		requireCode(t, err, 11000)
+		_, err = src.Aggregate(ctx, A(D("$merge", D("into", "dst", "on", "x"))))
+		requireCode(t, err, 51183) // "on" needs a unique index
+	}
+	fidelityTests["DocumentsStage"] = func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		cur, err := env.DB.Aggregate(ctx, A(D("$documents", A(D("a", 1), D("a", 2))), D("$match", D("a", 2))))
+		require.NoError(t, err)
+		var out []bson.D
+		require.NoError(t, cur.All(ctx, &out))
+		requireJSON(t, `[{"a":2}]`, out)
+		_, err = env.DB.Aggregate(ctx, A(D("$documents", A(D("_id", 2, "x", 1))), D("$merge", D("into", "m", "whenMatched", "fail"))))
+		require.NoError(t, err)
+		_, err = env.DB.Aggregate(ctx, A(D("$documents", A(D("_id", 2, "x", 1))), D("$merge", D("into", "m", "whenMatched", "fail"))))
+		requireCode(t, err, 11000)
+		ce := commandError(t, err)
+		requireJSON(t, `{"_id":1}`, ce.Raw.Lookup("keyPattern").Document())
+		requireJSON(t, `{"_id":2}`, ce.Raw.Lookup("keyValue").Document())
+	}
+	fidelityTests["ArrayChangesInUpdateDescription"] = func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		coll := env.DB.Collection("c")
+		_, err := coll.InsertOne(ctx, D("_id", 1, "array", A("foo", D("a", "bar"), 1, 2, 3)))
+		require.NoError(t, err)
+		cs := watch(t, coll, nil)
+		_, err = coll.UpdateOne(ctx, D("_id", 1), A(D("$set", D("array", A("foo", D("a", "bar"))))))
+		require.NoError(t, err)
+		ev := next(t, cs)
+		requireJSON(t, `{"updatedFields":{},"removedFields":[],"truncatedArrays":[{"field":"array","newSize":2}]}`, ev.raw.Lookup("updateDescription").Document())
+		_, err = coll.UpdateOne(ctx, D("_id", 1), D("$push", D("array", 4)))
+		require.NoError(t, err)
+		ev = next(t, cs)
+		requireJSON(t, `{"updatedFields":{"array.2":4},"removedFields":[],"truncatedArrays":[]}`, ev.raw.Lookup("updateDescription").Document())
+		_, err = coll.UpdateOne(ctx, D("_id", 1), D("$set", D("array.1.a", "baz")))
+		require.NoError(t, err)
+		ev = next(t, cs)
+		requireJSON(t, `{"updatedFields":{"array.1.a":"baz"},"removedFields":[],"truncatedArrays":[]}`, ev.raw.Lookup("updateDescription").Document())
+	}
+	fidelityTests["ShowExpandedEvents"] = func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		db := env.DB
+		plain := watch(t, db, nil)
+		expanded := watch(t, db, nil, options.ChangeStream().SetShowExpandedEvents(true))
+		require.NoError(t, db.CreateCollection(ctx, "c"))
+		coll := db.Collection("c")
+		_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: D("x", 1), Options: options.Index().SetName("x_1")})
+		require.NoError(t, err)
+		_, err = coll.InsertOne(ctx, D("_id", 1, "a", D("1", 1)))
+		require.NoError(t, err)
+		_, err = coll.UpdateOne(ctx, D("_id", 1), D("$set", D("a.1", 2)))
+		require.NoError(t, err)
+		require.NoError(t, db.RunCommand(ctx, D("collMod", "c")).Err())
+		require.NoError(t, coll.Indexes().DropOne(ctx, "x_1"))
+		require.NoError(t, db.CreateCollection(ctx, "d"))
+		require.NoError(t, rename(t, env, "c", "d", true))
+
+		ops := []string{}
+		var uuid bson.Raw
+		for i := 0; i < 8; i++ {
+			ev := next(t, expanded)
+			ops = append(ops, ev.OperationType)
+			u, err := ev.raw.LookupErr("collectionUUID")
+			require.NoError(t, err, "event %s has collectionUUID", ev.OperationType)
+			switch ev.OperationType {
+			case "create":
+				if uuid == nil {
+					uuid = bson.Raw(u.Value)
+					requireJSON(t, `{"idIndex":{"v":2,"key":{"_id":1},"name":"_id_"}}`, ev.raw.Lookup("operationDescription").Document())
+				}
+			case "createIndexes", "dropIndexes":
+				requireJSON(t, `{"indexes":[{"v":2,"key":{"x":1},"name":"x_1"}]}`, ev.raw.Lookup("operationDescription").Document())
+			case "update":
+				requireJSON(t, `{"a.1":["a","1"]}`, ev.raw.Lookup("updateDescription", "disambiguatedPaths").Document())
+			case "rename":
+				desc := ev.raw.Lookup("operationDescription").Document()
+				require.Equal(t, db.Name(), desc.Lookup("to", "db").StringValue())
+				require.Equal(t, "d", desc.Lookup("to", "coll").StringValue())
+				_, err := desc.LookupErr("dropTarget")
+				require.NoError(t, err, "the dropped target's UUID")
+			}
+		}
+		require.Equal(t, []string{"create", "createIndexes", "insert", "update", "modify", "dropIndexes", "create", "rename"}, ops)
+		for _, want := range []string{"insert", "update", "rename"} {
+			ev := next(t, plain)
+			require.Equal(t, want, ev.OperationType, "streams without showExpandedEvents see no DDL events")
+			_, err := ev.raw.LookupErr("collectionUUID")
+			require.Error(t, err, "nor collectionUUID")
+		}
+	}
+}
