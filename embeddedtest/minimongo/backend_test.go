@@ -84,6 +84,12 @@ func TestUnsupportedFailsLoudly(t *testing.T) {
 	requireCode(t, err, 239, "older than the oldest available") // snapshot history is kept, not forever
 	_, err = coll.Find(ctx, d(), options.Find().SetCollation(&options.Collation{Locale: "en", Strength: 2}))
 	requireCode(t, err, 2, "collation")
+	_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: d("s", 1), Options: options.Index().SetCollation(&options.Collation{Locale: "de"})})
+	requireCode(t, err, 2, "collation")
+	_, err = coll.DeleteOne(ctx, d("s", "x"), options.DeleteOne().SetCollation(&options.Collation{Locale: "fr"}))
+	requireCode(t, err, 2, "collation")
+	err = db.CreateCollection(ctx, "coll_fr", options.CreateCollection().SetCollation(&options.Collation{Locale: "fr"}))
+	requireCode(t, err, 2, "collation")
 	_, err = coll.Watch(ctx, bson.A{d("$group", d("_id", nil))})
 	requireCode(t, err, 20, "$group")
 	err = c.Database("admin").RunCommand(ctx, d("renameCollection", "u.c", "to", "other.d")).Err()

@@ -631,6 +631,12 @@ func cmdCreate(r *request) (bson.D, error) {
 		if e.Key == "capped" && !truthy(e.Value) {
 			continue
 		}
+		if e.Key == "collation" {
+			if err := checkCollation(e.Value, "create"); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		return nil, errUnsupported("collection option " + e.Key)
 	}
 	if c := r.coll(name); c != nil {

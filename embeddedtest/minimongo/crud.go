@@ -42,11 +42,10 @@ func (r *request) rejectOptions(names ...string) error {
 			continue
 		}
 		if n == "collation" {
-			if d, ok := v.(bson.D); ok {
-				if loc, _ := lookupField(d, "locale"); loc == "simple" && len(d) == 1 {
-					continue
-				}
+			if err := checkCollation(v, r.name); err != nil {
+				return err
 			}
+			continue
 		}
 		if b, isBool := v.(bool); isBool && !b {
 			continue
@@ -59,8 +58,33 @@ func (r *request) rejectOptions(names ...string) error {
 	return nil
 }
 
+// checkCollation accepts the simple collation, {locale: "simple"}, which is how
+// this server compares strings (binary), and refuses every other locale loudly.
+func checkCollation(v any, where string) error {
+	if v == nil {
+		return nil
+	}
+	d, ok := v.(bson.D)
+	if !ok {
+		return newErr(codeTypeMismatch, "BSON field '%s.collation' is the wrong type '%s', expected type 'object'", where, typeName(v))
+	}
+	if loc, _ := lookupField(d, "locale"); loc == "simple" && len(d) == 1 {
+		return nil
+	}
+	if _, ok := lookupField(d, "locale"); !ok {
+		return newErr(codeFailedToParse, "BSON field 'locale' is missing but a required field")
+	}
+	return errUnsupported("collation " + formatValue(d) + " of " + where + " (only {locale: \"simple\"})")
+}
+
 func stmtRejects(stmt bson.D, cmd string, names ...string) error {
 	for _, n := range names {
+		if v, ok := lookupField(stmt, n); ok && n == "collation" {
+			if err := checkCollation(v, cmd); err != nil {
+				return err
+			}
+			continue
+		}
 		if v, ok := lookupField(stmt, n); ok && v != nil {
 			if d, isDoc := v.(bson.D); isDoc && len(d) == 0 {
 				continue

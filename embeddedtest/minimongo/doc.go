@@ -94,7 +94,8 @@
 // bool, date, timestamp, regex, MaxKey) with range operators comparing only within a type
 // bracket; numbers compared by value across int32, int64, double and decimal128, NaN equal
 // to itself and outside ranges. Sorting uses the smallest (ascending) or largest
-// (descending) array element. Strings compare binary; collations are not supported.
+// (descending) array element. Strings compare binary: the simple collation is accepted,
+// other collations are refused.
 // Partial index filters accept only the operators MongoDB allows there.
 //
 // # Updates
@@ -176,7 +177,9 @@
 // Replies carry the labels MongoDB's ErrorLabelBuilder adds: TransientTransactionError
 // inside transactions, RetryableWriteError (and NoWritesPerformed) for retryable writes and
 // commit/abort on retriable codes or write concern errors, ResumableChangeStreamError on
-// change stream aggregates and getMores and NonResumableChangeStreamError for 280 and 286.
+// change stream aggregates and on getMores that checked out their cursor (so not on a
+// failCommand error of a getMore, as in MongoDB 4.4+, where the label comes from the
+// cursor's originating command), and NonResumableChangeStreamError for 280 and 286.
 // UnknownTransactionCommitResult is a driver's label and is not sent.
 //
 // # Change streams
@@ -235,7 +238,9 @@
 //
 // # Not supported
 //
-// Authentication, TLS, compression, collations, text/geo/hashed/wildcard indexes,
+// Authentication, TLS, compression, collations other than {locale: "simple"} (accepted
+// wherever MongoDB takes a collation, since strings compare binary here; any other locale
+// fails with BadValue naming the collation), text/geo/hashed/wildcard indexes,
 // $where/$text/$jsonSchema and geo/bitwise query operators ($jsonSchema validators
 // included), aggregation stages and expression operators not listed above, an update
 // statement's constants (c), views, capped and

@@ -85,6 +85,10 @@ func parseIndexSpec(spec bson.D) (*index, error) {
 			}
 			ix.partial, ix.partialM = d, m
 		case "v", "background", "ns":
+		case "collation":
+			if err := checkCollation(e.Value, "createIndexes"); err != nil {
+				return nil, err
+			}
 		default:
 			return nil, newErr(codeInvalidIndexSpecOption, "The field '%s' is not valid for an index specification. Specification: %s", e.Key, formatValue(spec))
 		}

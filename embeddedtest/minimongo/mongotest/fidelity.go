@@ -257,3 +257,30 @@ func init() {
 		}
 	}
 }
+
+func init() {
+	fidelityTests["SimpleCollation"] = func(t *testing.T, env Env) {
+		ctx := ctxFor(t)
+		simple := &options.Collation{Locale: "simple"}
+		require.NoError(t, env.DB.CreateCollection(ctx, "c", options.CreateCollection().SetCollation(simple)))
+		coll := env.DB.Collection("c")
+		_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: D("s", 1), Options: options.Index().SetName("s_1").SetCollation(simple)})
+		require.NoError(t, err)
+		_, err = coll.InsertMany(ctx, []any{D("_id", 1, "s", "b"), D("_id", 2, "s", "B"), D("_id", 3, "s", "a")})
+		require.NoError(t, err)
+		// binary comparison: upper case sorts first, and "b" does not match "B"
+		got := findAll(t, coll, D("s", D("$gte", "a")), options.Find().SetCollation(simple).SetSort(D("s", 1)))
+		require.Equal(t, []any{int32(3), int32(1)}, ids(got))
+		res, err := coll.UpdateMany(ctx, D("s", "b"), D("$set", D("u", true)), options.UpdateMany().SetCollation(simple))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), res.ModifiedCount)
+		n, err := coll.CountDocuments(ctx, D("s", "B"), options.Count().SetCollation(simple))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		out := aggregate(t, coll, A(D("$sort", D("s", 1)), D("$project", D("s", 1))), options.Aggregate().SetCollation(simple))
+		requireJSON(t, `[{"_id":2,"s":"B"},{"_id":3,"s":"a"},{"_id":1,"s":"b"}]`, out)
+		del, err := coll.DeleteOne(ctx, D("s", "a"), options.DeleteOne().SetCollation(simple))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), del.DeletedCount)
+	}
+}
