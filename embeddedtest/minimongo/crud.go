@@ -58,6 +58,28 @@ func (r *request) rejectOptions(names ...string) error {
 	return nil
 }
 
+// checkStmtFields refuses a statement field the command does not know, as
+// MongoDB's parser does for the whole command.
+func checkStmtFields(stmts bson.A, cmd string, allowed ...string) error {
+	for _, x := range stmts {
+		stmt, ok := x.(bson.D)
+		if !ok {
+			continue
+		}
+	next:
+		for _, e := range stmt {
+			for _, a := range allowed {
+				if e.Key == a {
+					continue next
+				}
+			}
+			plural := map[string]string{"update": "updates", "delete": "deletes"}[cmd]
+			return newErr(codeUnknownField, "BSON field '%s.%s.%s' is an unknown field.", cmd, plural, e.Key)
+		}
+	}
+	return nil
+}
+
 // checkCollation accepts the simple collation, {locale: "simple"}, which is how
 // this server compares strings (binary), and refuses every other locale loudly.
 func checkCollation(v any, where string) error {
@@ -560,6 +582,11 @@ func cmdUpdate(r *request) (bson.D, error) {
 	if !ok {
 		return nil, newErr(codeFailedToParse, "BSON field 'update.updates' is missing but a required field")
 	}
+	// MongoDB parses the whole command before running any statement: an unknown
+	// field in any statement fails the command (40415), not that statement
+	if err := checkStmtFields(stmts, "update", "q", "u", "c", "upsert", "multi", "arrayFilters", "hint", "collation", "upsertSupplied"); err != nil {
+		return nil, err
+	}
 	ordered := r.boolArg("ordered", true)
 	var n, nMod int32
 	var upserted, werrs bson.A
@@ -659,6 +686,9 @@ func cmdDelete(r *request) (bson.D, error) {
 	stmts, ok := stmtsV.(bson.A)
 	if !ok {
 		return nil, newErr(codeFailedToParse, "BSON field 'delete.deletes' is missing but a required field")
+	}
+	if err := checkStmtFields(stmts, "delete", "q", "limit", "hint", "collation"); err != nil {
+		return nil, err
 	}
 	ordered := r.boolArg("ordered", true)
 	var n int32

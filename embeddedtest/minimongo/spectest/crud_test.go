@@ -97,14 +97,14 @@ func (r *run) collOp(ctx context.Context, c *mongo.Collection, name string, a *a
 			return nil, err
 		}
 		res, err := c.InsertMany(ctx, anyList(d), o)
-		if err != nil {
+		if res == nil {
 			return nil, err
 		}
 		ids := bson.D{}
 		for i, id := range res.InsertedIDs {
 			ids = append(ids, bson.E{Key: itoa(i), Value: id})
 		}
-		return bson.D{{Key: "insertedIds", Value: ids}}, nil
+		return bson.D{{Key: "insertedIds", Value: ids}}, err // a partial result with a write error
 	case "updateOne", "updateMany", "replaceOne":
 		upd, _ := a.get("update")
 		if name == "replaceOne" {
@@ -559,7 +559,7 @@ func (r *run) collOp(ctx context.Context, c *mongo.Collection, name string, a *a
 			return nil, err
 		}
 		res, err := c.BulkWrite(ctx, models, o)
-		if err != nil {
+		if res == nil {
 			return nil, err
 		}
 		ups := bson.D{}
@@ -570,7 +570,7 @@ func (r *run) collOp(ctx context.Context, c *mongo.Collection, name string, a *a
 		}
 		return bson.D{{Key: "deletedCount", Value: res.DeletedCount}, {Key: "insertedCount", Value: res.InsertedCount},
 			{Key: "matchedCount", Value: res.MatchedCount}, {Key: "modifiedCount", Value: res.ModifiedCount},
-			{Key: "upsertedCount", Value: res.UpsertedCount}, {Key: "upsertedIds", Value: ups}}, nil
+			{Key: "upsertedCount", Value: res.UpsertedCount}, {Key: "upsertedIds", Value: ups}}, err // partial with a write error
 	case "createIndex":
 		keys, _ := a.get("keys")
 		o := options.Index()

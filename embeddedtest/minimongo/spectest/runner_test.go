@@ -34,6 +34,7 @@ var (
 	flagRun     = flag.String("spec.run", "", "only the tests whose \"area/file/description\" matches this regular expression")
 	flagVerbose = flag.Bool("spec.v", false, "print each failing test's reason")
 	flagMin     = flag.Float64("spec.min", minPassRate, "the pass rate (percent of applicable tests) below which the run fails")
+	flagDir     = flag.String("spec.dir", "", "the source directory of a checkout of github.com/mongodb/specifications to read the tests from instead of "+specModule)
 )
 
 // specModule is the module whose testdata holds MongoDB's specification tests in the unified
@@ -45,15 +46,17 @@ const specModule = "go.mongodb.org/mongo-driver@v1.17.10"
 const minPassRate = 85.0
 
 // areas are the specification areas run, and where their unified tests are in specModule.
-var areas = []struct{ name, dir string }{
-	{"crud", "crud/unified"},
-	{"change-streams", "change-streams"},
-	{"transactions", "transactions/unified"},
-	{"sessions", "sessions"},
-	{"retryable-writes", "retryable-writes/unified"},
-	{"index-management", "index-management"},
-	{"collection-management", "collection-management"},
-	{"run-command", "run-command"},
+// specsDir is where each area is in a checkout of the specifications repository
+// (-spec.dir).
+var areas = []struct{ name, dir, specsDir string }{
+	{"crud", "crud/unified", "crud/tests/unified"},
+	{"change-streams", "change-streams", "change-streams/tests/unified"},
+	{"transactions", "transactions/unified", "transactions/tests/unified"},
+	{"sessions", "sessions", "sessions/tests"},
+	{"retryable-writes", "retryable-writes/unified", "retryable-writes/tests/unified"},
+	{"index-management", "index-management", "index-management/tests"},
+	{"collection-management", "collection-management", "collection-management/tests"},
+	{"run-command", "run-command", "run-command/tests/unified"},
 }
 
 // specDir returns the testdata directory of specModule, downloading the module through
@@ -90,16 +93,23 @@ type result struct {
 // against a fresh backend, and reports the pass rate per area. By default a sample of each
 // area runs (a quick check for make test); -spec.all runs everything (make spec-mongo).
 func TestUnifiedSpec(t *testing.T) {
-	dir := specDir(t)
+	var dir string
+	if *flagDir == "" {
+		dir = specDir(t)
+	}
 	var filter *regexp.Regexp
 	if *flagRun != "" {
 		filter = regexp.MustCompile(*flagRun)
 	}
 	var results []result
 	for _, a := range areas {
-		files, err := filepath.Glob(filepath.Join(dir, a.dir, "*.json"))
+		sub := filepath.Join(dir, a.dir)
+		if *flagDir != "" {
+			sub = filepath.Join(*flagDir, a.specsDir)
+		}
+		files, err := filepath.Glob(filepath.Join(sub, "*.json"))
 		if err != nil || len(files) == 0 {
-			t.Fatalf("no specification files in %s: %v", filepath.Join(dir, a.dir), err)
+			t.Fatalf("no specification files in %s: %v", sub, err)
 		}
 		sort.Strings(files)
 		seq := 0
@@ -173,7 +183,11 @@ func report(t *testing.T, results []result) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "MongoDB unified specification tests (%s) against minimongo:\n", specModule)
+	src := specModule
+	if *flagDir != "" {
+		src = *flagDir
+	}
+	fmt.Fprintf(&b, "MongoDB unified specification tests (%s) against minimongo:\n", src)
 	fmt.Fprintf(&b, "  %-22s %8s %8s %8s %8s\n", "area", "passed", "ran", "rate", "n/a")
 	for _, a := range areas {
 		ta := per[a.name]
