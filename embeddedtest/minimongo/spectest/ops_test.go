@@ -324,13 +324,14 @@ func (r *run) special(ctx context.Context, name string, a *args) (any, error) {
 		}
 		return nil, a.unused()
 	case "assertIndexExists", "assertIndexNotExists":
+		want := a.str("indexName")
 		specs, err := r.internal.Database(a.str("databaseName")).Collection(a.str("collectionName")).Indexes().ListSpecifications(ctx)
 		if err != nil && name == "assertIndexExists" {
 			return nil, err
 		}
 		found := false
 		for _, s := range specs {
-			if s.Name == a.str("indexName") {
+			if s.Name == want {
 				found = true
 			}
 		}
@@ -498,6 +499,8 @@ func (r *run) sessionOp(ctx context.Context, s *mongo.Session, name string, a *a
 	case "endSession":
 		s.EndSession(ctx)
 		return nil, nil
+	case "getSnapshotTime":
+		return s.SnapshotTime(), nil
 	case "withTransaction":
 		cb, _ := a.get("callback")
 		var rest bson.D

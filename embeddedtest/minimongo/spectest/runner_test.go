@@ -452,6 +452,12 @@ func (en *entities) create(list bson.A) error {
 					so.SetCausalConsistency(e.Value.(bool))
 				case "snapshot":
 					so.SetSnapshot(e.Value.(bool))
+				case "snapshotTime":
+					ts, ok := en.values[fmt.Sprint(e.Value)].(bson.Timestamp)
+					if !ok {
+						return fmt.Errorf("session %s: snapshotTime %v is not a saved timestamp", id, e.Value)
+					}
+					so.SetSnapshotTime(ts)
 				case "defaultTransactionOptions":
 					to, err := txnOptions(e.Value.(bson.D))
 					if err != nil {
