@@ -93,8 +93,8 @@ func TestLostWriteReplies(t *testing.T) {
 //   - the commit applied, then a write concern error the server labels RetryableWriteError:
 //     the driver retries once, fails again and adds UnknownTransactionCommitResult; the
 //     projection's commit finds the transaction committed;
-//   - the commit held by the server past the client's patience (blockConnection): the
-//     retried commit waits for the first, as MongoDB's session checkout makes it.
+//   - commits held by the server before they run (blockConnection): the projection waits
+//     for them (it sets no deadline on a commit) and each batch commits once.
 func TestTransactionalCommitRetry(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -105,6 +105,7 @@ func TestTransactionalCommitRetry(t *testing.T) {
 			WriteConcernError: &embeddedtest.MongoWriteConcernError{Code: 91, Message: "Replication is being shut down"}}},
 		{"commit applied, then write concern timeouts", embeddedtest.MongoFault{
 			WriteConcernError: &embeddedtest.MongoWriteConcernError{Code: 64, Message: "waiting for replication timed out"}}},
+		{"commits held by the server (blockConnection)", embeddedtest.MongoFault{Block: 300 * time.Millisecond}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
