@@ -74,7 +74,7 @@ var fidelityTests = map[string]func(t *testing.T, env Env){
 		require.NoError(t, coll.FindOne(ctx, D("_id", 1)).Decode(&doc))
 		requireJSON(t, `{"_id":1,"foo":{"a.b":2},"$a":1}`, doc)
 		out := aggregate(t, coll, A(D("$project", D("_id", 0,
-			"a", D("$getField", D("$literal", "$a")),
+			"a", D("$getField", D("field", D("$literal", "$a"))),
 			"ab", D("$getField", D("field", "a.b", "input", "$foo")),
 			"gone", D("$unsetField", D("field", "a.b", "input", "$foo")),
 			"removed", D("$setField", D("field", "a.b", "input", "$foo", "value", "$$REMOVE")),
