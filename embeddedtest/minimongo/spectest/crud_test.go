@@ -3,7 +3,6 @@ package spectest
 import (
 	"context"
 	"errors"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -353,8 +352,6 @@ func (r *run) collOp(ctx context.Context, c *mongo.Collection, name string, a *a
 		return nil, nil
 	case "findOneAndDelete", "findOneAndUpdate", "findOneAndReplace":
 		var sr *mongo.SingleResult
-		var fields []func(k string, v any) bool
-		_ = fields
 		switch name {
 		case "findOneAndDelete":
 			o := options.FindOneAndDelete()
@@ -818,5 +815,3 @@ func appendInt(b []byte, i int) []byte {
 	}
 	return append(b, byte('0'+i%10))
 }
-
-var _ = time.Second

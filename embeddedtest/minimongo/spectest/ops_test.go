@@ -252,8 +252,7 @@ func hasCodeName(err error, name string) bool {
 	if errors.As(err, &bwe) && bwe.WriteConcernError != nil {
 		return bwe.WriteConcernError.Name == name
 	}
-	var se mongo.ServerError
-	return errors.As(err, &se) && se.HasErrorCodeWithMessage(0, "") && false
+	return false // write errors carry no code name
 }
 
 // ---- special operations ----
