@@ -35,8 +35,11 @@
 //
 // prints the pass rate per area and overall, and fails below 85% (-spec.min); -spec.v
 // lists each failing test with its reason, -spec.run selects tests by a regular expression
-// on "area/file/description". Without -spec.all (as make test runs it) every second
-// applicable test runs, and the run fails when that sample passes below 85%.
+// on "area/file/description", -spec.dir <checkout>/source reads the tests of a
+// github.com/mongodb/specifications checkout instead (newer, with the transactions and
+// retryable-writes tests in the unified format too). Without -spec.all (as make test runs
+// it) every second applicable test runs, and the run fails when that sample passes below
+// 85%.
 //
 // # Figures
 //
