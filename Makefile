@@ -30,6 +30,16 @@ test: vet fmt-check
 test-short:
 	$(GO) test -race -count=1 -short $(PKGS)
 
+## spec-mongo: MongoDB's unified specification tests (crud, change streams, transactions, sessions,
+## retryable writes, index and collection management, run-command) through the Go driver against
+## the MongoDB test backend, a fresh one per test; prints the pass rate per area and overall and
+## fails below 85% of the applicable tests (SPEC_FLAGS='-spec.v' lists the failures; see
+## BENCHMARKS.md). make test runs a sample of them.
+.PHONY: spec-mongo
+SPEC_FLAGS ?=
+spec-mongo:
+	$(GO) test -count=1 -v -timeout 10m -run '^TestUnifiedSpec$$' ./embeddedtest/minimongo/spectest/ -args -spec.all $(SPEC_FLAGS)
+
 vet:
 	$(GO) vet $(PKGS)
 

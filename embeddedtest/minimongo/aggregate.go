@@ -405,11 +405,11 @@ type stage struct {
 // unsupportedStages are MongoDB 7/8's aggregation stages this server does not
 // implement; any other unknown name is not a stage at all (40324).
 var unsupportedStages = map[string]bool{
-	"$facet": true, "$out": true, "$merge": true, "$bucket": true, "$bucketAuto": true,
+	"$facet": true, "$bucket": true, "$bucketAuto": true,
 	"$sample": true, "$graphLookup": true, "$densify": true, "$fill": true,
 	"$geoNear": true, "$indexStats": true, "$collStats": true, "$redact": true, "$setWindowFields": true,
-	"$unionWith": true, "$currentOp": true, "$listSessions": true, "$documents": true, "$search": true,
-	"$searchMeta": true, "$vectorSearch": true, "$listSearchIndexes": true, "$listLocalSessions": true,
+	"$unionWith": true, "$currentOp": true, "$listSessions": true, "$search": true,
+	"$searchMeta": true, "$vectorSearch": true, "$listSearchIndexes": true,
 	"$listSampledQueries": true, "$listCatalog": true, "$listClusterCatalog": true, "$planCacheStats": true,
 	"$shardedDataDistribution": true, "$changeStreamSplitLargeEvent": true, "$querySettings": true,
 	"$queryStats": true, "$rankFusion": true, "$scoreFusion": true, "$score": true,
@@ -429,12 +429,18 @@ func parseStageV(raw any, lookup collLookup, vars exprVars) (*stage, error) {
 	name, arg := d[0].Key, d[0].Value
 	st := &stage{name: name, arg: arg}
 	switch name {
+	case "$listSearchIndexes":
+		return nil, errSearchNotEnabled()
+	case "$out", "$merge":
+		return nil, newErr(40601, "%s can only be the final stage in the pipeline", name)
+	case "$documents", "$listLocalSessions":
+		return nil, newErr(40602, "%s is only valid as the first stage in a pipeline", name)
 	case "$match":
 		f, ok := arg.(bson.D)
 		if !ok {
 			return nil, newErr(15959, "the match filter must be an expression in an object")
 		}
-		m, err := compileFilter(f)
+		m, err := compileFilterV(f, vars)
 		if err != nil {
 			return nil, err
 		}
@@ -707,9 +713,14 @@ func parseLookup(arg any, lookup collLookup) (func([]bson.D) ([]bson.D, error), 
 }
 
 func parsePipeline(p bson.A, lookup collLookup) ([]*stage, error) {
+	return parsePipelineV(p, lookup, nil)
+}
+
+// parsePipelineV is parsePipeline with the variables of the command's let.
+func parsePipelineV(p bson.A, lookup collLookup, vars exprVars) ([]*stage, error) {
 	stages := make([]*stage, 0, len(p))
 	for _, raw := range p {
-		st, err := parseStage(raw, lookup)
+		st, err := parseStageV(raw, lookup, vars)
 		if err != nil {
 			return nil, err
 		}

@@ -26,7 +26,14 @@ type event struct {
 	lsid      bson.D
 	txnNumber *int64
 	idx       uint32 // position among the events of one transaction
+	// shown to streams with showExpandedEvents only
+	uuid   bson.Binary // the collection's UUID (collectionUUID)
+	opDesc bson.D      // operationDescription of DDL events and renames
+	disamb bson.D      // updateDescription.disambiguatedPaths
 }
+
+// expandedOps are the DDL events only streams opened with showExpandedEvents see.
+var expandedOps = map[string]bool{"create": true, "createIndexes": true, "dropIndexes": true, "modify": true}
 
 // pos is a position in the oplog: a cluster time and an index within the
 // events sharing it (the operations of one transaction share a cluster time).
@@ -139,9 +146,13 @@ type changeStream struct {
 	invalidated  bool
 	pendingInval *bson.D
 	done         bool
+	expanded     bool // showExpandedEvents
 }
 
 func (cs *changeStream) watches(ev *event) bool {
+	if expandedOps[ev.op] && !cs.expanded {
+		return false
+	}
 	switch {
 	case cs.db == "":
 		return ev.db != "admin" && ev.db != "config" && ev.db != "local"
@@ -211,9 +222,11 @@ func (r *request) openChangeStream(collName string, spec any, rest bson.A) (bson
 		case "allChangesForCluster":
 			allCluster = truthy(e.Value)
 		case "showExpandedEvents":
-			if truthy(e.Value) {
-				return nil, errUnsupported("$changeStream option showExpandedEvents")
+			b, ok := e.Value.(bool)
+			if !ok {
+				return nil, newErr(codeTypeMismatch, "BSON field '$changeStream.showExpandedEvents' is the wrong type '%s', expected type 'bool'", typeName(e.Value))
 			}
+			cs.expanded = b
 		default:
 			return nil, newErr(codeUnknownField, "BSON field '$changeStream.%s' is an unknown field.", e.Key)
 		}
@@ -448,12 +461,30 @@ func (st *storage) renderEvent(cs *changeStream, ev *event) (bson.D, error) {
 	case "rename":
 		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}, {Key: "coll", Value: ev.coll}}},
 			bson.E{Key: "to", Value: bson.D{{Key: "db", Value: ev.toDB}, {Key: "coll", Value: ev.toColl}}})
+	case "create", "createIndexes", "dropIndexes", "modify":
+		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}, {Key: "coll", Value: ev.coll}}})
 	default:
 		d = append(d, bson.E{Key: "ns", Value: bson.D{{Key: "db", Value: ev.db}, {Key: "coll", Value: ev.coll}}})
 		d = append(d, bson.E{Key: "documentKey", Value: ev.docKey})
 	}
 	if ev.op == "update" {
-		d = append(d, bson.E{Key: "updateDescription", Value: ev.updDesc})
+		ud := ev.updDesc
+		if cs.expanded {
+			dis := ev.disamb
+			if dis == nil {
+				dis = bson.D{}
+			}
+			ud = append(append(bson.D{}, ud...), bson.E{Key: "disambiguatedPaths", Value: dis})
+		}
+		d = append(d, bson.E{Key: "updateDescription", Value: ud})
+	}
+	if cs.expanded {
+		if ev.uuid.Data != nil {
+			d = append(d, bson.E{Key: "collectionUUID", Value: ev.uuid})
+		}
+		if ev.opDesc != nil {
+			d = append(d, bson.E{Key: "operationDescription", Value: ev.opDesc})
+		}
 	}
 	if cs.fullDocPre != "off" && (ev.op == "update" || ev.op == "replace" || ev.op == "delete") {
 		if ev.images {
@@ -471,37 +502,92 @@ func (st *storage) renderEvent(cs *changeStream, ev *event) (bson.D, error) {
 }
 
 // updateDescription describes the difference between two versions of a
-// document the way change streams report updates.
-func updateDescription(old, new bson.D) bson.D {
+// document the way change streams report updates (MongoDB's document diff):
+// changed subdocuments and arrays are described field by field and element by
+// element, a shortened array as a truncatedArrays entry. It also returns the
+// disambiguatedPaths of the paths that name numeric or dotted fields.
+func updateDescription(old, new bson.D) (bson.D, bson.D) {
 	upd := bson.D{}
 	removed := bson.A{}
-	var diff func(prefix string, o, n bson.D)
-	diff = func(prefix string, o, n bson.D) {
+	trunc := bson.A{}
+	dis := bson.D{}
+	note := func(path string, comps []any) {
+		ambiguous := false
+		for _, c := range comps {
+			if s, ok := c.(string); ok && (strings.Contains(s, ".") || isDigits(s)) {
+				ambiguous = true
+			}
+		}
+		if ambiguous {
+			dis = append(dis, bson.E{Key: path, Value: bson.A(append([]any(nil), comps...))})
+		}
+	}
+	with := func(comps []any, c any) []any { return append(append([]any(nil), comps...), c) }
+	var diffDoc func(prefix string, comps []any, o, n bson.D)
+	var diffVal func(path string, comps []any, ov, nv any)
+	diffVal = func(path string, comps []any, ov, nv any) {
+		od, ok1 := ov.(bson.D)
+		nd, ok2 := nv.(bson.D)
+		if ok1 && ok2 {
+			diffDoc(path+".", comps, od, nd)
+			return
+		}
+		oa, ok1 := ov.(bson.A)
+		na, ok2 := nv.(bson.A)
+		if !ok1 || !ok2 {
+			upd = append(upd, bson.E{Key: path, Value: nv})
+			note(path, comps)
+			return
+		}
+		for i := range na {
+			p := path + "." + itoa(int64(i))
+			c := with(comps, int32(i))
+			switch {
+			case i >= len(oa):
+				upd = append(upd, bson.E{Key: p, Value: na[i]})
+				note(p, c)
+			case !sameValue(oa[i], na[i]):
+				diffVal(p, c, oa[i], na[i])
+			}
+		}
+		if len(na) < len(oa) {
+			trunc = append(trunc, bson.D{{Key: "field", Value: path}, {Key: "newSize", Value: int32(len(na))}})
+		}
+	}
+	diffDoc = func(prefix string, comps []any, o, n bson.D) {
 		for _, e := range n {
 			path := prefix + e.Key
 			ov, ok := lookupField(o, e.Key)
 			switch {
 			case !ok:
 				upd = append(upd, bson.E{Key: path, Value: e.Value})
+				note(path, with(comps, e.Key))
 			case sameValue(ov, e.Value):
 			default:
-				od, ok1 := ov.(bson.D)
-				nd, ok2 := e.Value.(bson.D)
-				if ok1 && ok2 {
-					diff(path+".", od, nd)
-				} else {
-					upd = append(upd, bson.E{Key: path, Value: e.Value})
-				}
+				diffVal(path, with(comps, e.Key), ov, e.Value)
 			}
 		}
 		for _, e := range o {
 			if _, ok := lookupField(n, e.Key); !ok {
 				removed = append(removed, prefix+e.Key)
+				note(prefix+e.Key, with(comps, e.Key))
 			}
 		}
 	}
-	diff("", old, new)
-	return bson.D{{Key: "updatedFields", Value: upd}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: bson.A{}}}
+	diffDoc("", nil, old, new)
+	return bson.D{{Key: "updatedFields", Value: upd}, {Key: "removedFields", Value: removed}, {Key: "truncatedArrays", Value: trunc}}, dis
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func sameValue(a, b any) bool { return identical(a, b) }

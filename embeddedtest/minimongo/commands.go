@@ -38,10 +38,19 @@ type request struct {
 	ran            bool     // the command's handler was reached
 	labels         []string // error labels set by failCommand, replacing the server's
 	overrideLabels bool
-	streamCursor   bool // a getMore on a change stream cursor
+	streamCursor   bool           // a getMore on a change stream cursor
+	checkedOut     bool           // the request holds its session (see session.checkedOut)
+	vars           exprVars       // the command's let variables (with NOW and CLUSTER_TIME), once read
+	snap           *txn           // a snapshot read outside transactions reads through this
+	snapTS         bson.Timestamp // and reports this as atClusterTime
 }
 
-func (r *request) view() view { return view{st: r.st, tx: r.tx} }
+func (r *request) view() view {
+	if r.snap != nil {
+		return view{st: r.st, tx: r.snap}
+	}
+	return view{st: r.st, tx: r.tx}
+}
 
 // arg returns a command field.
 func (r *request) arg(k string) (any, bool) { return lookupField(r.cmd, k) }
@@ -91,39 +100,50 @@ var retryableWrites = map[string]bool{"insert": true, "update": true, "delete": 
 
 func init() {
 	commands = map[string]handler{
-		"ping":               cmdPing,
-		"buildInfo":          cmdBuildInfo,
-		"buildinfo":          cmdBuildInfo,
-		"endSessions":        cmdEndSessions,
-		"killSessions":       cmdKillSessions,
-		"refreshSessions":    cmdPing,
-		"listDatabases":      cmdListDatabases,
-		"listCollections":    cmdListCollections,
-		"create":             cmdCreate,
-		"drop":               cmdDrop,
-		"dropDatabase":       cmdDropDatabase,
-		"getMore":            cmdGetMore,
-		"killCursors":        cmdKillCursors,
-		"count":              cmdCount,
-		"insert":             cmdInsert,
-		"update":             cmdUpdate,
-		"delete":             cmdDelete,
-		"find":               cmdFind,
-		"findAndModify":      cmdFindAndModify,
-		"findandmodify":      cmdFindAndModify,
-		"distinct":           cmdDistinct,
-		"aggregate":          cmdAggregate,
-		"createIndexes":      cmdCreateIndexes,
-		"listIndexes":        cmdListIndexes,
-		"dropIndexes":        cmdDropIndexes,
-		"deleteIndexes":      cmdDropIndexes,
-		"commitTransaction":  cmdCommitTransaction,
-		"abortTransaction":   cmdAbortTransaction,
-		"configureFailPoint": cmdConfigureFailPoint,
-		"renameCollection":   cmdRenameCollection,
-		"collMod":            cmdCollMod,
+		"ping":                cmdPing,
+		"buildInfo":           cmdBuildInfo,
+		"buildinfo":           cmdBuildInfo,
+		"endSessions":         cmdEndSessions,
+		"killSessions":        cmdKillSessions,
+		"refreshSessions":     cmdPing,
+		"listDatabases":       cmdListDatabases,
+		"listCollections":     cmdListCollections,
+		"create":              cmdCreate,
+		"drop":                cmdDrop,
+		"dropDatabase":        cmdDropDatabase,
+		"getMore":             cmdGetMore,
+		"killCursors":         cmdKillCursors,
+		"count":               cmdCount,
+		"insert":              cmdInsert,
+		"update":              cmdUpdate,
+		"delete":              cmdDelete,
+		"find":                cmdFind,
+		"findAndModify":       cmdFindAndModify,
+		"findandmodify":       cmdFindAndModify,
+		"distinct":            cmdDistinct,
+		"aggregate":           cmdAggregate,
+		"createIndexes":       cmdCreateIndexes,
+		"listIndexes":         cmdListIndexes,
+		"dropIndexes":         cmdDropIndexes,
+		"deleteIndexes":       cmdDropIndexes,
+		"commitTransaction":   cmdCommitTransaction,
+		"abortTransaction":    cmdAbortTransaction,
+		"configureFailPoint":  cmdConfigureFailPoint,
+		"renameCollection":    cmdRenameCollection,
+		"collMod":             cmdCollMod,
+		"createSearchIndexes": cmdSearchIndex,
+		"updateSearchIndex":   cmdSearchIndex,
+		"dropSearchIndex":     cmdSearchIndex,
 	}
 }
+
+// errSearchNotEnabled is what a MongoDB 7.0 server outside Atlas answers to the
+// search index commands and $listSearchIndexes.
+func errSearchNotEnabled() error {
+	return &cmdError{Code: 31082, CodeName: "SearchNotEnabled", Msg: "Using Atlas Search Database Commands and the $listSearchIndexes aggregation stage requires additional configuration. Please connect to Atlas or an AtlasCLI local deployment to enable. For more information on how to connect, see https://dochub.mongodb.org/core/atlas-cli-deploy-local-reqs"}
+}
+
+func cmdSearchIndex(r *request) (bson.D, error) { return nil, errSearchNotEnabled() }
 
 // handle executes one wire message and returns the reply document.
 func (s *Server) handle(c *conn, m *message) bson.D {
@@ -157,6 +177,10 @@ func (s *Server) handle(c *conn, m *message) bson.D {
 	r := &request{s: s, st: s.st, conn: c, name: name, db: dbName, cmd: cmd}
 	lastOp, ver := c.lastOp, s.st.ver
 	reply, err := s.dispatch(r)
+	if r.checkedOut {
+		r.sess.checkedOut = false
+		s.cond.Broadcast()
+	}
 	wrote := s.st.ver != ver
 	if wrote {
 		c.lastOp = s.st.ver
@@ -247,8 +271,14 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 		return nil, err
 	}
 	if rc, ok := r.arg("readConcern"); ok {
-		if err := checkReadConcern(rc, r.auto != nil); err != nil {
+		snap, at, err := checkReadConcern(rc, r.auto != nil)
+		if err != nil {
 			return nil, err
+		}
+		if snap && r.auto == nil {
+			if err := r.snapshotRead(at); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if r.auto != nil && !txnCommands[r.name] {
@@ -270,7 +300,16 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 		}
 	}
 	r.ran = true
+	if retry {
+		if err := r.txnWriteBefore(); err != nil {
+			return nil, err
+		}
+	}
+	verBefore := r.st.ver
 	reply, err := callHandler(h, r)
+	if retry && err == nil && r.st.ver != verBefore {
+		r.txnWriteAfter()
+	}
 	if r.tx != nil && r.name != "commitTransaction" && r.name != "abortTransaction" {
 		if err != nil || hasWriteErrors(reply) {
 			r.st.abortTxn(r.tx)
@@ -283,6 +322,9 @@ func (s *Server) dispatch(r *request) (bson.D, error) {
 		r.sess.retryNum = *r.txnNum
 		r.sess.retryReply = reply
 	}
+	if r.snap != nil {
+		reply = r.withAtClusterTime(reply)
+	}
 	return reply, nil
 }
 
@@ -291,29 +333,43 @@ func hasWriteErrors(reply bson.D) bool {
 	return ok
 }
 
-func checkReadConcern(rc any, inTxn bool) error {
+// checkReadConcern validates a read concern; it reports a snapshot read and its
+// atClusterTime.
+func checkReadConcern(rc any, inTxn bool) (bool, *bson.Timestamp, error) {
 	d, ok := rc.(bson.D)
 	if !ok {
-		return newErr(codeTypeMismatch, "BSON field 'readConcern' is the wrong type '%s', expected type 'object'", typeName(rc))
+		return false, nil, newErr(codeTypeMismatch, "BSON field 'readConcern' is the wrong type '%s', expected type 'object'", typeName(rc))
 	}
+	snap := false
+	var at *bson.Timestamp
 	for _, e := range d {
 		switch e.Key {
 		case "level":
 			switch e.Value {
 			case "local", "majority", "available", "linearizable":
 			case "snapshot":
-				if !inTxn {
-					return errUnsupported("readConcern level 'snapshot' outside transactions")
-				}
+				snap = true
 			default:
-				return errBadValue("Invalid readConcern level " + formatValue(e.Value))
+				return false, nil, errBadValue("Invalid readConcern level " + formatValue(e.Value))
 			}
+		case "atClusterTime":
+			ts, ok := e.Value.(bson.Timestamp)
+			if !ok {
+				return false, nil, newErr(codeTypeMismatch, "BSON field 'readConcern.atClusterTime' is the wrong type '%s', expected type 'timestamp'", typeName(e.Value))
+			}
+			at = &ts
 		case "afterClusterTime", "provenance":
 		default:
-			return errUnsupported("readConcern option " + e.Key)
+			return false, nil, errUnsupported("readConcern option " + e.Key)
 		}
 	}
-	return nil
+	if at != nil && !snap {
+		return false, nil, newErr(codeInvalidOptions, "readConcern level must be snapshot to specify atClusterTime")
+	}
+	if at != nil && inTxn {
+		return false, nil, errUnsupported("readConcern atClusterTime inside a transaction")
+	}
+	return snap, at, nil
 }
 
 // ---- handshake and administrative commands ----
@@ -573,6 +629,12 @@ func cmdCreate(r *request) (bson.D, error) {
 			continue
 		}
 		if e.Key == "capped" && !truthy(e.Value) {
+			continue
+		}
+		if e.Key == "collation" {
+			if err := checkCollation(e.Value, "create"); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		return nil, errUnsupported("collection option " + e.Key)

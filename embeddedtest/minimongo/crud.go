@@ -42,11 +42,10 @@ func (r *request) rejectOptions(names ...string) error {
 			continue
 		}
 		if n == "collation" {
-			if d, ok := v.(bson.D); ok {
-				if loc, _ := lookupField(d, "locale"); loc == "simple" && len(d) == 1 {
-					continue
-				}
+			if err := checkCollation(v, r.name); err != nil {
+				return err
 			}
+			continue
 		}
 		if b, isBool := v.(bool); isBool && !b {
 			continue
@@ -59,8 +58,55 @@ func (r *request) rejectOptions(names ...string) error {
 	return nil
 }
 
+// checkStmtFields refuses a statement field the command does not know, as
+// MongoDB's parser does for the whole command.
+func checkStmtFields(stmts bson.A, cmd string, allowed ...string) error {
+	for _, x := range stmts {
+		stmt, ok := x.(bson.D)
+		if !ok {
+			continue
+		}
+	next:
+		for _, e := range stmt {
+			for _, a := range allowed {
+				if e.Key == a {
+					continue next
+				}
+			}
+			plural := map[string]string{"update": "updates", "delete": "deletes"}[cmd]
+			return newErr(codeUnknownField, "BSON field '%s.%s.%s' is an unknown field.", cmd, plural, e.Key)
+		}
+	}
+	return nil
+}
+
+// checkCollation accepts the simple collation, {locale: "simple"}, which is how
+// this server compares strings (binary), and refuses every other locale loudly.
+func checkCollation(v any, where string) error {
+	if v == nil {
+		return nil
+	}
+	d, ok := v.(bson.D)
+	if !ok {
+		return newErr(codeTypeMismatch, "BSON field '%s.collation' is the wrong type '%s', expected type 'object'", where, typeName(v))
+	}
+	if loc, _ := lookupField(d, "locale"); loc == "simple" && len(d) == 1 {
+		return nil
+	}
+	if _, ok := lookupField(d, "locale"); !ok {
+		return newErr(codeFailedToParse, "BSON field 'locale' is missing but a required field")
+	}
+	return errUnsupported("collation " + formatValue(d) + " of " + where + " (only {locale: \"simple\"})")
+}
+
 func stmtRejects(stmt bson.D, cmd string, names ...string) error {
 	for _, n := range names {
+		if v, ok := lookupField(stmt, n); ok && n == "collation" {
+			if err := checkCollation(v, cmd); err != nil {
+				return err
+			}
+			continue
+		}
 		if v, ok := lookupField(stmt, n); ok && v != nil {
 			if d, isDoc := v.(bson.D); isDoc && len(d) == 0 {
 				continue
@@ -152,7 +198,7 @@ func (r *request) write(c *collection, key string, doc bson.D, ev *event) error 
 			return err
 		}
 	}
-	ev.db, ev.coll, ev.images = c.db, c.name, c.prePostImages
+	ev.db, ev.coll, ev.images, ev.uuid = c.db, c.name, c.prePostImages, c.uuid
 	if r.tx != nil {
 		if err := r.tx.lock(r.st, c, key); err != nil {
 			return err
@@ -248,6 +294,7 @@ func dollarKey(v any) (string, bool) {
 // CLUSTER_TIME.
 func (r *request) letVars() (exprVars, error) {
 	vars := exprVars{"NOW": bson.NewDateTimeFromTime(time.Now()), "CLUSTER_TIME": r.st.clusterTime()}
+	r.vars = vars
 	v, ok := r.arg("let")
 	if !ok || v == nil {
 		return vars, nil
@@ -269,6 +316,7 @@ func (r *request) letVars() (exprVars, error) {
 		}
 		vars[e.Key] = val
 	}
+	r.vars = vars
 	return vars, nil
 }
 
@@ -398,7 +446,7 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 	if multi && spec.isRepl {
 		return nil, newErr(codeFailedToParse, "multi update is not supported for replacement-style update")
 	}
-	m, err := compileFilter(q)
+	m, err := compileFilterV(q, r.vars)
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +516,7 @@ func (r *request) updateDocs(name string, q, u bson.D, uAny any, upsert, multi b
 				if spec.isRepl {
 					ev.op = "replace"
 				} else {
-					ev.updDesc = updateDescription(doc, nd)
+					ev.updDesc, ev.disamb = updateDescription(doc, nd)
 				}
 				if err := r.write(c, kd.key, nd, ev); err != nil {
 					return nil, err
@@ -533,6 +581,11 @@ func cmdUpdate(r *request) (bson.D, error) {
 	stmts, ok := stmtsV.(bson.A)
 	if !ok {
 		return nil, newErr(codeFailedToParse, "BSON field 'update.updates' is missing but a required field")
+	}
+	// MongoDB parses the whole command before running any statement: an unknown
+	// field in any statement fails the command (40415), not that statement
+	if err := checkStmtFields(stmts, "update", "q", "u", "c", "upsert", "multi", "arrayFilters", "hint", "collation", "upsertSupplied"); err != nil {
+		return nil, err
 	}
 	ordered := r.boolArg("ordered", true)
 	var n, nMod int32
@@ -622,7 +675,7 @@ func cmdDelete(r *request) (bson.D, error) {
 	if err := r.checkFields("deletes", "ordered", "let"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("let"); err != nil {
+	if _, err := r.letVars(); err != nil {
 		return nil, err
 	}
 	name, err := r.collName()
@@ -633,6 +686,9 @@ func cmdDelete(r *request) (bson.D, error) {
 	stmts, ok := stmtsV.(bson.A)
 	if !ok {
 		return nil, newErr(codeFailedToParse, "BSON field 'delete.deletes' is missing but a required field")
+	}
+	if err := checkStmtFields(stmts, "delete", "q", "limit", "hint", "collation"); err != nil {
+		return nil, err
 	}
 	ordered := r.boolArg("ordered", true)
 	var n int32
@@ -691,7 +747,7 @@ func (r *request) deleteStmt(name string, stmt bson.D) (int32, error) {
 	if limit < 0 {
 		return 0, newErr(codeFailedToParse, "BSON field 'delete.deletes.limit' is missing but a required field")
 	}
-	m, err := compileFilter(q)
+	m, err := compileFilterV(q, r.vars)
 	if err != nil {
 		return 0, err
 	}
@@ -751,7 +807,7 @@ func (r *request) checkHint(coll string, hint any) error {
 
 // query runs filter/sort/skip/limit over a collection.
 func (r *request) query(name string, filter, sortSpec bson.D, skip, limit int64) ([]bson.D, error) {
-	m, err := compileFilter(filter)
+	m, err := compileFilterV(filter, r.vars)
 	if err != nil {
 		return nil, err
 	}
@@ -804,7 +860,10 @@ func cmdFind(r *request) (bson.D, error) {
 		"allowPartialResults", "collation", "allowDiskUse", "let", "oplogReplay", "readOnce"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("max", "min", "returnKey", "showRecordId", "tailable", "awaitData", "collation", "let", "oplogReplay"); err != nil {
+	if err := r.rejectOptions("max", "min", "returnKey", "showRecordId", "tailable", "awaitData", "collation", "oplogReplay"); err != nil {
+		return nil, err
+	}
+	if _, err := r.letVars(); err != nil {
 		return nil, err
 	}
 	name, err := r.collName()
@@ -1120,7 +1179,11 @@ func cmdAggregate(r *request) (bson.D, error) {
 		"collation", "hint", "let", "needsMerge", "fromMongos"); err != nil {
 		return nil, err
 	}
-	if err := r.rejectOptions("explain", "collation", "let", "needsMerge", "fromMongos"); err != nil {
+	if err := r.rejectOptions("explain", "collation", "needsMerge", "fromMongos"); err != nil {
+		return nil, err
+	}
+	vars, err := r.letVars()
+	if err != nil {
 		return nil, err
 	}
 	var name string
@@ -1145,7 +1208,18 @@ func cmdAggregate(r *request) (bson.D, error) {
 			return r.openChangeStream(name, d[0].Value, pipeline[1:])
 		}
 	}
-	stages, err := parsePipeline(pipeline, func(coll string) []bson.D {
+	pipeline, out, err := r.splitOutput(pipeline)
+	if err != nil {
+		return nil, err
+	}
+	var source []bson.D
+	hasSource := false
+	if name == "" {
+		if source, pipeline, hasSource, err = r.sourceStage(pipeline, vars); err != nil {
+			return nil, err
+		}
+	}
+	stages, err := parsePipelineV(pipeline, func(coll string) []bson.D {
 		c := r.coll(coll)
 		if c == nil {
 			return nil
@@ -1155,20 +1229,20 @@ func cmdAggregate(r *request) (bson.D, error) {
 			docs = append(docs, kd.doc)
 		}
 		return docs
-	})
+	}, vars)
 	if err != nil {
 		return nil, err
 	}
-	if name == "" {
-		return nil, errUnsupported("database-level aggregation other than $changeStream")
+	if name == "" && !hasSource {
+		return nil, errUnsupported("database-level aggregation other than $changeStream, $documents and $listLocalSessions")
 	}
-	if h, ok := r.arg("hint"); ok {
+	if h, ok := r.arg("hint"); ok && name != "" {
 		if err := r.checkHint(name, h); err != nil {
 			return nil, err
 		}
 	}
-	var docs []bson.D
-	if c := r.coll(name); c != nil {
+	docs := source
+	if c := r.coll(name); c != nil && name != "" {
 		for _, kd := range r.view().all(c) {
 			docs = append(docs, kd.doc)
 		}
@@ -1177,7 +1251,17 @@ func cmdAggregate(r *request) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.cursorReply(r.db+"."+name, docs, batchSizeOf(r, "cursor"), false)
+	ns := r.db + "." + name
+	if name == "" {
+		ns = r.db + ".$cmd.aggregate"
+	}
+	if out != nil {
+		if err := r.writeOutput(out, docs); err != nil {
+			return nil, err
+		}
+		docs = nil
+	}
+	return r.cursorReply(ns, docs, batchSizeOf(r, "cursor"), false)
 }
 
 func cmdCreateIndexes(r *request) (bson.D, error) {
@@ -1251,6 +1335,13 @@ func cmdCreateIndexes(r *request) (bson.D, error) {
 		reply = append(reply, bson.E{Key: "note", Value: "all indexes already exist"})
 	}
 	reply = append(reply, bson.E{Key: "createdCollectionAutomatically", Value: created})
+	if len(added) > 0 && r.tx == nil {
+		specs := bson.A{}
+		for _, ix := range added {
+			specs = append(specs, ix.spec)
+		}
+		r.st.appendEvent(&event{op: "createIndexes", db: c.db, coll: c.name, uuid: c.uuid, opDesc: bson.D{{Key: "indexes", Value: specs}}})
+	}
 	return okReply(reply...), nil
 }
 
@@ -1286,6 +1377,22 @@ func cmdDropIndexes(r *request) (bson.D, error) {
 		return nil, newErr(codeNamespaceNotFound, "ns not found %s.%s", r.db, name)
 	}
 	was := int32(len(c.indexes))
+	before := append([]*index(nil), c.indexes...)
+	defer func() {
+		dropped := bson.A{}
+		for _, ix := range before {
+			found := false
+			for _, x := range c.indexes {
+				found = found || x == ix
+			}
+			if !found {
+				dropped = append(dropped, ix.spec)
+			}
+		}
+		if len(dropped) > 0 {
+			r.st.appendEvent(&event{op: "dropIndexes", db: c.db, coll: c.name, uuid: c.uuid, opDesc: bson.D{{Key: "indexes", Value: dropped}}})
+		}
+	}()
 	spec, _ := r.arg("index")
 	drop := func(match func(ix *index) bool, desc string) error {
 		for i, ix := range c.indexes {

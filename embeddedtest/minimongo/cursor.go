@@ -111,6 +111,9 @@ func cmdGetMore(r *request) (bson.D, error) {
 	if cur.ns != r.db+"."+coll && !(cur.stream != nil && cur.ns == r.db+".$cmd.aggregate" && coll == "$cmd.aggregate") {
 		return nil, newErr(13, "Requested getMore on namespace '%s.%s', but cursor belongs to a different namespace %s", r.db, coll, cur.ns)
 	}
+	if err := r.evalGetMoreFailPoint(id, cur); err != nil {
+		return nil, err
+	}
 	batch := batchSizeOf(r, "")
 	cur.lastUsed = time.Now()
 	if cur.stream != nil {

@@ -143,6 +143,13 @@ func cmdCollMod(r *request) (bson.D, error) {
 	}
 	c.validation = &v
 	c.prePostImages = images
+	desc := bson.D{}
+	for _, e := range r.cmd[1:] {
+		if !genericFields[e.Key] {
+			desc = append(desc, e)
+		}
+	}
+	r.st.appendEvent(&event{op: "modify", db: c.db, coll: c.name, uuid: c.uuid, opDesc: desc})
 	return okReply(), nil
 }
 
@@ -185,11 +192,13 @@ func cmdRenameCollection(r *request) (bson.D, error) {
 		return nil, errUnsupported("renameCollection across databases")
 	}
 	dropTarget := r.boolArg("dropTarget", false)
+	opDesc := bson.D{{Key: "to", Value: bson.D{{Key: "db", Value: tdb}, {Key: "coll", Value: tcoll}}}}
 	if old := r.st.getColl(tdb, tcoll); old != nil {
 		if !dropTarget {
 			return nil, newErr(codeNamespaceExists, "target namespace exists")
 		}
 		delete(r.st.dbs[tdb].colls, tcoll)
+		opDesc = append(opDesc, bson.E{Key: "dropTarget", Value: old.uuid})
 	}
 	// a new collection value: a transaction holding the old one conflicts at commit
 	nc := *c
@@ -198,6 +207,6 @@ func cmdRenameCollection(r *request) (bson.D, error) {
 	delete(d.colls, fcoll)
 	d.colls[tcoll] = &nc
 	r.st.ver++
-	r.st.appendEvent(&event{op: "rename", db: fdb, coll: fcoll, toDB: tdb, toColl: tcoll})
+	r.st.appendEvent(&event{op: "rename", db: fdb, coll: fcoll, toDB: tdb, toColl: tcoll, uuid: c.uuid, opDesc: opDesc})
 	return okReply(), nil
 }

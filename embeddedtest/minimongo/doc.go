@@ -42,7 +42,7 @@
 //     strict, moderate or warn, skipped with bypassDocumentValidation, failing a write
 //     with DocumentValidationFailure (121, errInfo.failingDocumentId; no errInfo.details).
 //   - insert; update with many statements, upsert, multi, replacement documents, pipeline
-//     updates, arrayFilters, hint and let; delete (limit 0 or 1); ordered and unordered
+//     updates, arrayFilters, hint and let; delete (limit 0 or 1, let); ordered and unordered
 //     execution with writeErrors carrying their index; n, nModified and upserted as MongoDB
 //     reports them; _id generated as an ObjectId and stored first; '$'-prefixed field names
 //     in _id refused (52). As in 7.0, an update statement's sort is an unknown field (40415).
@@ -54,24 +54,34 @@
 //     UnknownReplWriteConcern (79), as the primary of a one-member replica set does.
 //   - find: filter, sort, skip, limit (negative: single batch), projection (inclusion,
 //     exclusion, dotted paths, aggregation field paths and $literal), batchSize,
-//     singleBatch, hint, noCursorTimeout; cursors continued with getMore.
+//     singleBatch, hint, noCursorTimeout, let; cursors continued with getMore.
 //   - findAndModify: query, sort, update (operators, replacement or pipeline), remove, new,
 //     upsert, fields, arrayFilters, let. distinct (arrays unwound, values deduplicated by BSON equality).
 //   - aggregate with $match, $sort, $skip, $limit, $project, $addFields/$set, $unset,
 //     $replaceRoot/$replaceWith, $count, $group ($sum, $avg, $min, $max, $first, $last,
 //     $push, $addToSet, $count; _id from field paths, documents of expressions or
 //     constants), $unwind (string or document form), $sortByCount, $lookup (from,
-//     localField, foreignField, as; not the let/pipeline form) and $changeStream.
-//     Expressions are field paths, $$ROOT/$$CURRENT/$$REMOVE (and in updates $$NOW,
-//     $$CLUSTER_TIME and the command's let variables), literals, documents and arrays of
+//     localField, foreignField, as; not the let/pipeline form) and $changeStream, with let;
+//     a final $out (string or {db, coll}) or $merge (into, on, whenMatched replace,
+//     keepExisting, merge, fail or a pipeline with $$new and let, whenNotMatched insert,
+//     discard or fail; an 'on' other than _id needs a unique index, 51183), outside
+//     transactions. $out replaces the target's documents with deletes and inserts (change
+//     streams on the target see those; MongoDB renames a temporary collection over it),
+//     refusing duplicate _ids before writing. Database-level aggregate ({aggregate: 1})
+//     starts with $documents or $listLocalSessions (or $changeStream).
+//     Expressions are field paths, $$ROOT/$$CURRENT/$$REMOVE, $$NOW, $$CLUSTER_TIME and the
+//     command's let variables (also in query filters' $expr), literals, documents and arrays of
 //     expressions, and the operators $literal $add $subtract $multiply $divide $mod
 //     $concat $toUpper $toLower $eq $ne $gt $gte $lt $lte $cmp $and $or $not $cond $switch
-//     $ifNull $size $arrayElemAt $in $type $max $min $mergeObjects; other expression
-//     operators fail with 168.
+//     $ifNull $size $arrayElemAt $in $type $max $min $mergeObjects $getField $setField
+//     $unsetField $rand; other expression operators fail with 168.
+//   - createSearchIndexes, updateSearchIndex, dropSearchIndex and $listSearchIndexes fail
+//     with SearchNotEnabled (31082), as a MongoDB 7.0 server outside Atlas answers them.
 //   - createIndexes (key, name, unique, sparse, partialFilterExpression,
 //     expireAfterSeconds), listIndexes, dropIndexes (by name, names, key pattern or "*").
 //   - commitTransaction, abortTransaction.
-//   - configureFailPoint with the failCommand fail point (see Fail points).
+//   - configureFailPoint with the failCommand, failGetMoreAfterCursorCheckout and
+//     onPrimaryTransactionalWrite fail points (see Fail points).
 //
 // # Queries
 //
@@ -84,7 +94,8 @@
 // bool, date, timestamp, regex, MaxKey) with range operators comparing only within a type
 // bracket; numbers compared by value across int32, int64, double and decimal128, NaN equal
 // to itself and outside ranges. Sorting uses the smallest (ascending) or largest
-// (descending) array element. Strings compare binary; collations are not supported.
+// (descending) array element. Strings compare binary: the simple collation is accepted,
+// other collations are refused.
 // Partial index filters accept only the operators MongoDB allows there.
 //
 // # Updates
@@ -127,6 +138,14 @@
 // or by writing) and the indexes it builds on them are private to it until it commits and
 // gone if it aborts; createIndexes on a collection that existed before fails with 263.
 //
+// Snapshot reads outside transactions (readConcern level "snapshot" on find, aggregate and
+// distinct, optionally with atClusterTime, as snapshot sessions send them) read the state
+// at one cluster time and report it as atClusterTime (in the cursor, or at the top level
+// of distinct). The history a snapshot needs is kept for 300 s (MongoDB's
+// minSnapshotHistoryWindowInSeconds); an older atClusterTime fails with SnapshotTooOld
+// (239), a future one with InvalidOptions (72), and other commands refuse the snapshot
+// read concern with InvalidOptions.
+//
 // # Fail points and error labels
 //
 // configureFailPoint (on admin) configures failCommand as MongoDB 7 does, so tests written
@@ -138,13 +157,29 @@
 // closeConnection, blockConnection with blockTimeMS (checked when the fail point fires),
 // writeConcernError (added after a command that takes a write concern ran), appName (from
 // the handshake's client metadata), threadName ("conn<n>"), namespace and
-// failInternalCommands (no client of this server is internal). Other fail points are not
-// supported.
+// failInternalCommands (no client of this server is internal).
+//
+// failGetMoreAfterCursorCheckout fails a getMore after it checked out its cursor with
+// data.errorCode (default InternalError, 1), filtered by appName, namespace and
+// threadName as failCommand is; the cursor is destroyed, and a change stream's getMore
+// gets the labels MongoDB adds (ResumableChangeStreamError for resumable codes), so
+// drivers resume. onPrimaryTransactionalWrite applies to retryable writes: without
+// failBeforeCommitExceptionCode the write is applied and recorded and the connection is
+// closed before the reply (closeConnection, default true), so the retry gets the
+// recorded result; with it the write fails before anything is applied. It fires once
+// per command (MongoDB: once per written statement). Other fail points are refused with
+// BadValue naming them.
+//
+// As in MongoDB, a command waits while another command of the same session runs
+// (session checkout): a retried commitTransaction waits for the commit a blockConnection
+// holds.
 //
 // Replies carry the labels MongoDB's ErrorLabelBuilder adds: TransientTransactionError
 // inside transactions, RetryableWriteError (and NoWritesPerformed) for retryable writes and
 // commit/abort on retriable codes or write concern errors, ResumableChangeStreamError on
-// change stream aggregates and getMores and NonResumableChangeStreamError for 280 and 286.
+// change stream aggregates and on getMores that checked out their cursor (so not on a
+// failCommand error of a getMore, as in MongoDB 4.4+, where the label comes from the
+// cursor's originating command), and NonResumableChangeStreamError for 280 and 286.
 // UnknownTransactionCommitResult is a driver's label and is not sent.
 //
 // # Change streams
@@ -154,7 +189,13 @@
 // removedFields and truncatedArrays), replace, delete, drop, dropDatabase, rename (ns and
 // to; it invalidates streams on the source and the target collection) and invalidate,
 // with documentKey, clusterTime, wallTime, and lsid/txnNumber for transaction writes,
-// which appear at commit in order. fullDocument default, updateLookup, whenAvailable and
+// which appear at commit in order. Updates are described as MongoDB's document diff does:
+// changed subdocuments and array elements field by field ("arr.2"), shortened arrays in
+// truncatedArrays. With showExpandedEvents a stream also sees the DDL events create
+// (explicit and implicit, not for collections a transaction creates), createIndexes,
+// dropIndexes and modify (collMod) with their operationDescription, collectionUUID on
+// every collection event, rename's operationDescription (to, dropTarget) and
+// updateDescription.disambiguatedPaths. fullDocument default, updateLookup, whenAvailable and
 // required; fullDocumentBeforeChange whenAvailable and required (pre- and post-images are
 // recorded for collections created with changeStreamPreAndPostImages). Resume tokens are
 // {_data: "<hex>"} ordered by cluster time, reported as each event's _id and as
@@ -197,13 +238,14 @@
 //
 // # Not supported
 //
-// Authentication, TLS, compression, collations, text/geo/hashed/wildcard indexes,
+// Authentication, TLS, compression, collations other than {locale: "simple"} (accepted
+// wherever MongoDB takes a collation, since strings compare binary here; any other locale
+// fails with BadValue naming the collation), text/geo/hashed/wildcard indexes,
 // $where/$text/$jsonSchema and geo/bitwise query operators ($jsonSchema validators
-// included), aggregation stages and expression operators not listed above, let outside
-// update and findAndModify, an update statement's constants (c), views, capped and
+// included), aggregation stages and expression operators not listed above, an update
+// statement's constants (c), views, capped and
 // time-series collections, renameCollection across databases, collMod options other than
-// those above, fail points other than failCommand, explain, snapshot reads outside
-// transactions, showExpandedEvents in change streams, query plans (hints are checked for
+// those above, fail points other than those above, explain, query plans (hints are checked for
 // existence only; only _id and unique indexes speed up lookups), and durability of each
 // write (see Persistence).
 package minimongo

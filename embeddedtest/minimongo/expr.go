@@ -2,6 +2,7 @@ package minimongo
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -36,6 +37,9 @@ func init() {
 		"$or":           exprOr,
 		"$not":          exprNot,
 		"$cond":         nil, // takes a document form too; handled in evalOperator
+		"$setField":     nil, // named arguments; handled in evalOperator
+		"$unsetField":   nil,
+		"$getField":     nil,
 		"$switch":       nil, // evaluates its branches lazily; handled in evalOperator
 		"$max":          exprMinMax(true),
 		"$min":          exprMinMax(false),
@@ -45,6 +49,12 @@ func init() {
 		"$arrayElemAt":  exprArrayElemAt,
 		"$in":           exprIn,
 		"$type":         exprType,
+		"$rand": func(args []any, _ bson.D) (any, bool, error) {
+			if d, ok := args[0].(bson.D); !ok || len(d) != 0 {
+				return nil, false, newErr(10065, "invalid parameter: expected an object ($rand)")
+			}
+			return rand.Float64(), true, nil
+		},
 	}
 }
 
@@ -55,6 +65,8 @@ func evalOperator(op string, arg any, doc bson.D, vars exprVars) (any, bool, err
 		return exprCond(arg, doc, vars)
 	case "$switch":
 		return exprSwitch(arg, doc, vars)
+	case "$setField", "$unsetField", "$getField":
+		return exprField(op, arg, doc, vars)
 	}
 	f, ok := exprOperators[op]
 	if !ok || f == nil {
@@ -571,4 +583,92 @@ func typeNameOrMissing(v any) string {
 		return "missing"
 	}
 	return typeName(v)
+}
+
+// exprField evaluates $setField, $unsetField and $getField, which name fields
+// that a field path cannot ('$'-prefixed or dotted names).
+func exprField(op string, arg any, doc bson.D, vars exprVars) (any, bool, error) {
+	var fieldE, inputE, valueE any = nil, "$$CURRENT", nil
+	hasValue := false
+	switch x := arg.(type) {
+	case bson.D:
+		if op == "$getField" && (len(x) == 0 || x[0].Key[0] == '$') {
+			fieldE = x // {$getField: <expression>}
+			break
+		}
+		for _, e := range x {
+			switch {
+			case e.Key == "field":
+				fieldE = e.Value
+			case e.Key == "input":
+				inputE = e.Value
+			case e.Key == "value" && op == "$setField":
+				valueE, hasValue = e.Value, true
+			default:
+				return nil, false, newErr(4161101, "%s found an unknown argument: %s", op, e.Key)
+			}
+		}
+	default:
+		if op != "$getField" {
+			return nil, false, newErr(4161100, "%s only supports an object as its argument", op)
+		}
+		fieldE = arg
+	}
+	if fieldE == nil {
+		return nil, false, newErr(4161102, "%s requires 'field' to be specified", op)
+	}
+	if op == "$setField" && !hasValue {
+		return nil, false, newErr(4161103, "$setField requires 'value' to be specified")
+	}
+	fv, _, err := evalExprV(fieldE, doc, vars)
+	if err != nil {
+		return nil, false, err
+	}
+	field, ok := fv.(string)
+	if !ok {
+		return nil, false, newErr(4161106, "%s requires 'field' to evaluate to type String, but got %s", op, typeNameOrMissing(fv))
+	}
+	in, present, err := evalExprV(inputE, doc, vars)
+	if err != nil {
+		return nil, false, err
+	}
+	if !present || nullish(in) {
+		return nil, true, nil
+	}
+	input, ok := in.(bson.D)
+	if !ok {
+		if op == "$getField" {
+			return nil, false, newErr(3041705, "$getField requires 'input' to evaluate to type Object, but got %s", typeName(in))
+		}
+		return nil, false, newErr(4161105, "%s requires 'input' to evaluate to type Object", op)
+	}
+	if op == "$getField" {
+		v, ok := lookupField(input, field)
+		return v, ok, nil
+	}
+	var val any
+	remove := op == "$unsetField"
+	if !remove {
+		v, present, err := evalExprV(valueE, doc, vars)
+		if err != nil {
+			return nil, false, err
+		}
+		val, remove = v, !present
+	}
+	out := make(bson.D, 0, len(input)+1)
+	found := false
+	for _, e := range input {
+		if e.Key == field {
+			found = true
+			if !remove {
+				out = append(out, bson.E{Key: field, Value: val})
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	if !found && !remove {
+		out = append(out, bson.E{Key: field, Value: val})
+	}
+	return out, true, nil
 }

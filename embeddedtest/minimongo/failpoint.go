@@ -40,6 +40,122 @@ type failCommand struct {
 	namespace   *string
 	extraInfo   bson.D
 	internalCmd bool // failInternalCommands: no client of this server is internal
+	closeSet    bool // closeConnection was given (onPrimaryTransactionalWrite defaults it to true)
+}
+
+// failPointSlot returns where the named fail point's configuration lives.
+func (s *Server) failPointSlot(name string) (**failCommand, bool) {
+	switch name {
+	case "failCommand":
+		return &s.failCmd, true
+	case "failGetMoreAfterCursorCheckout":
+		return &s.failGetMore, true
+	case "onPrimaryTransactionalWrite":
+		return &s.failTxnWrite, true
+	}
+	return nil, false
+}
+
+// parseGetMoreData reads the data of failGetMoreAfterCursorCheckout: errorCode
+// (default InternalError, 1) and the predicates failCommand shares with it
+// (appName, namespace, threadName). MongoDB ignores any other field of this
+// fail point's data (the specifications' tests pass closeConnection: false), and
+// so does this server.
+func (fp *failCommand) parseGetMoreData(d bson.D) error {
+	fp.code, fp.hasCode = 1, true
+	fp.cmds = map[string]bool{"getMore": true}
+	for _, e := range d {
+		switch e.Key {
+		case "errorCode":
+			n, ok := asInt64(e.Value)
+			if !ok {
+				return newErr(codeTypeMismatch, "failGetMoreAfterCursorCheckout 'errorCode' must be a number")
+			}
+			fp.code = int32(n)
+		case "appName", "namespace", "threadName":
+			s, ok := e.Value.(string)
+			if !ok {
+				return newErr(codeTypeMismatch, "failGetMoreAfterCursorCheckout '%s' must be a string", e.Key)
+			}
+			switch e.Key {
+			case "appName":
+				fp.appName = &s
+			case "namespace":
+				fp.namespace = &s
+			default:
+				fp.threadName = &s
+			}
+		}
+	}
+	return nil
+}
+
+// parseTxnWriteData reads the data of onPrimaryTransactionalWrite:
+// closeConnection (default true) and failBeforeCommitExceptionCode. MongoDB
+// reads no other field of this fail point's data.
+func (fp *failCommand) parseTxnWriteData(d bson.D) error {
+	for _, e := range d {
+		switch e.Key {
+		case "closeConnection":
+			b, ok := e.Value.(bool)
+			if !ok {
+				return newErr(codeTypeMismatch, "onPrimaryTransactionalWrite 'closeConnection' must be a boolean")
+			}
+			fp.closeConn, fp.closeSet = b, true
+		case "failBeforeCommitExceptionCode":
+			n, ok := asInt64(e.Value)
+			if !ok {
+				return newErr(codeTypeMismatch, "onPrimaryTransactionalWrite 'failBeforeCommitExceptionCode' must be a number")
+			}
+			fp.code, fp.hasCode = int32(n), true
+		}
+	}
+	return nil
+}
+
+// evalGetMoreFailPoint applies failGetMoreAfterCursorCheckout to a getMore
+// that has checked out its cursor: when it fires the getMore fails with the
+// configured code and, as in MongoDB, the cursor is destroyed.
+func (r *request) evalGetMoreFailPoint(id int64, cur *cursor) error {
+	fp := r.s.failGetMore
+	if fp == nil || fp.mode == fpOff || !fp.matches(r.conn, "getMore", cur.ns) || !fp.fire() {
+		return nil
+	}
+	if cur.stream != nil {
+		r.streamCursor = true
+	}
+	delete(r.st.cursors, id)
+	return newErr(fp.code, "Hit the 'failGetMoreAfterCursorCheckout' failpoint")
+}
+
+// txnWriteBefore applies onPrimaryTransactionalWrite with
+// failBeforeCommitExceptionCode to a retryable write about to run: the write
+// fails before anything is applied (MongoDB fails the statement's storage
+// transaction, so the write "must not be reflected"), and the connection is
+// closed unless closeConnection is false.
+func (r *request) txnWriteBefore() error {
+	fp := r.s.failTxnWrite
+	if fp == nil || fp.mode == fpOff || !fp.hasCode || !fp.fire() {
+		return nil
+	}
+	if fp.closeConn {
+		r.conn.closeNow = true
+	}
+	return newErr(fp.code, "Failing write for %s:%d due to failpoint. The write must not be reflected.", r.sess.id, *r.txnNum)
+}
+
+// txnWriteAfter applies onPrimaryTransactionalWrite without an exception code
+// to a retryable write that wrote: the write is applied and recorded, and the
+// connection is closed before the reply is sent (unless closeConnection is
+// false), so the driver retries and receives the recorded result.
+func (r *request) txnWriteAfter() {
+	fp := r.s.failTxnWrite
+	if fp == nil || fp.mode == fpOff || fp.hasCode || !fp.fire() {
+		return
+	}
+	if fp.closeConn {
+		r.conn.closeNow = true
+	}
 }
 
 // commandAliases lists the names each command also answers to; failCommands
@@ -79,8 +195,9 @@ func cmdConfigureFailPoint(r *request) (bson.D, error) {
 	if !ok {
 		return nil, newErr(codeTypeMismatch, "configureFailPoint must name a fail point")
 	}
-	if name != "failCommand" {
-		return nil, errUnsupported(fmt.Sprintf("fail point '%s' (only failCommand)", name))
+	slot, ok := r.s.failPointSlot(name)
+	if !ok {
+		return nil, errUnsupported(fmt.Sprintf("fail point '%s' (only failCommand, failGetMoreAfterCursorCheckout and onPrimaryTransactionalWrite)", name))
 	}
 	fp := &failCommand{}
 	mv, ok := r.arg("mode")
@@ -95,18 +212,28 @@ func cmdConfigureFailPoint(r *request) (bson.D, error) {
 		if !isDoc {
 			return nil, errBadValue("the 'data' option to configureFailPoint must be an object")
 		}
-		if err := fp.parseData(d); err != nil {
+		parse := fp.parseData
+		switch name {
+		case "failGetMoreAfterCursorCheckout":
+			parse = fp.parseGetMoreData
+		case "onPrimaryTransactionalWrite":
+			parse = fp.parseTxnWriteData
+		}
+		if err := parse(d); err != nil {
 			return nil, err
 		}
 	}
+	if name == "onPrimaryTransactionalWrite" && !fp.closeSet {
+		fp.closeConn = true // closeConnection defaults to true for this fail point
+	}
 	var count int64
-	if old := r.s.failCmd; old != nil {
+	if old := *slot; old != nil {
 		count = old.entered
 	}
 	// the count of activations carries over reconfiguration, as MongoDB's
 	// timesEntered does
 	fp.entered = count
-	r.s.failCmd = fp
+	*slot = fp
 	var cv any = count
 	if count <= 1<<31-1 {
 		cv = int32(count)

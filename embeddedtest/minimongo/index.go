@@ -85,6 +85,10 @@ func parseIndexSpec(spec bson.D) (*index, error) {
 			}
 			ix.partial, ix.partialM = d, m
 		case "v", "background", "ns":
+		case "collation":
+			if err := checkCollation(e.Value, "createIndexes"); err != nil {
+				return nil, err
+			}
 		default:
 			return nil, newErr(codeInvalidIndexSpecOption, "The field '%s' is not valid for an index specification. Specification: %s", e.Key, formatValue(spec))
 		}
@@ -376,7 +380,7 @@ func (st *storage) expireTTL(now time.Time) {
 					if t, ok := ttlDate(kd.doc, ix.keys[0].Key); ok && t.Before(cutoff) {
 						st.ver++
 						st.commitWrite(c, kd.key, nil, 0)
-						st.appendEvent(&event{op: "delete", db: c.db, coll: c.name, docKey: docKeyOf(kd.doc), preImage: kd.doc, images: c.prePostImages})
+						st.appendEvent(&event{op: "delete", db: c.db, coll: c.name, uuid: c.uuid, docKey: docKeyOf(kd.doc), preImage: kd.doc, images: c.prePostImages})
 					}
 				}
 			}

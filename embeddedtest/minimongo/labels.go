@@ -96,9 +96,10 @@ func (r *request) isChangeStream() bool {
 	case "aggregate":
 		return isChangeStreamAggregate(r.cmd)
 	case "getMore":
-		id, _ := r.cmd[0].Value.(int64)
-		cur := r.st.cursors[id]
-		return cur != nil && cur.stream != nil || r.streamCursor
+		// Only a getMore that checked out its cursor knows it continues a change
+		// stream: MongoDB reads that from the cursor's originating command, which
+		// a failCommand error (raised before the checkout) does not have.
+		return r.streamCursor
 	}
 	return false
 }

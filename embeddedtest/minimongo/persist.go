@@ -285,13 +285,17 @@ func encodeEvent(ev *event) bson.D {
 	for _, f := range []struct {
 		key string
 		doc bson.D
-	}{{"docKey", ev.docKey}, {"fullDoc", ev.fullDoc}, {"preImage", ev.preImage}, {"updDesc", ev.updDesc}, {"lsid", ev.lsid}} {
+	}{{"docKey", ev.docKey}, {"fullDoc", ev.fullDoc}, {"preImage", ev.preImage}, {"updDesc", ev.updDesc}, {"lsid", ev.lsid},
+		{"opDesc", ev.opDesc}, {"disamb", ev.disamb}} {
 		if f.doc != nil {
 			out = append(out, bson.E{Key: f.key, Value: f.doc})
 		}
 	}
 	if ev.txnNumber != nil {
 		out = append(out, bson.E{Key: "txnNumber", Value: *ev.txnNumber})
+	}
+	if ev.uuid.Data != nil {
+		out = append(out, bson.E{Key: "uuid", Value: ev.uuid})
 	}
 	return out
 }
@@ -567,6 +571,9 @@ func decodeEvent(v any) (*event, error) {
 	ev.preImage = es.doc("preImage")
 	ev.updDesc = es.doc("updDesc")
 	ev.lsid = es.doc("lsid")
+	ev.opDesc = es.doc("opDesc")
+	ev.disamb = es.doc("disamb")
+	ev.uuid, _ = es.value("uuid").(bson.Binary)
 	if x := es.value("txnNumber"); x != nil {
 		n, ok := x.(int64)
 		if !ok {
@@ -578,7 +585,7 @@ func decodeEvent(v any) (*event, error) {
 		return nil, es.err
 	}
 	switch ev.op {
-	case "insert", "update", "replace", "delete", "drop", "dropDatabase", "rename":
+	case "insert", "update", "replace", "delete", "drop", "dropDatabase", "rename", "create", "createIndexes", "dropIndexes", "modify":
 	default:
 		return nil, fmt.Errorf("event with unknown operation %q", ev.op)
 	}

@@ -59,13 +59,17 @@ func traverseM(v any, parts []string) ([]any, bool) {
 }
 
 // compileFilter compiles a query filter document.
-func compileFilter(filter bson.D) (matcher, error) {
+func compileFilter(filter bson.D) (matcher, error) { return compileFilterV(filter, nil) }
+
+// compileFilterV compiles a query filter whose $expr may use the variables of
+// the command's let option.
+func compileFilterV(filter bson.D, vars exprVars) (matcher, error) {
 	if len(filter) == 0 {
 		return matchAll, nil
 	}
 	var preds []matcher
 	for _, e := range filter {
-		p, err := compileElem(e)
+		p, err := compileElem(e, vars)
 		if err != nil {
 			return nil, err
 		}
@@ -83,7 +87,7 @@ func compileFilter(filter bson.D) (matcher, error) {
 	}, nil
 }
 
-func compileElem(e bson.E) (matcher, error) {
+func compileElem(e bson.E, vars exprVars) (matcher, error) {
 	if strings.HasPrefix(e.Key, "$") {
 		switch e.Key {
 		case "$and", "$or", "$nor":
@@ -97,7 +101,7 @@ func compileElem(e bson.E) (matcher, error) {
 				if !ok {
 					return nil, errBadValue(e.Key + " argument's entries must be objects")
 				}
-				m, err := compileFilter(d)
+				m, err := compileFilterV(d, vars)
 				if err != nil {
 					return nil, err
 				}
@@ -136,13 +140,13 @@ func compileElem(e bson.E) (matcher, error) {
 			return nil, nil
 		case "$expr":
 			expr := e.Value
-			if _, _, err := evalExpr(expr, bson.D{}); err != nil {
+			if _, _, err := evalExprV(expr, bson.D{}, vars); err != nil {
 				if ce := asCmdError(err); ce.Code == codeInvalidPipelineOperator || ce.Code == 15983 {
 					return nil, err
 				}
 			}
 			return func(doc bson.D) bool {
-				v, ok, err := evalExpr(expr, doc)
+				v, ok, err := evalExprV(expr, doc, vars)
 				if err != nil {
 					// matchers cannot return errors; dispatch turns this
 					// back into the command's error

@@ -64,7 +64,9 @@ type Server struct {
 
 	st      *storage
 	failCmd *failCommand // the failCommand fail point; nil until configured
-	persist *persister   // nil without Options.Dir
+	// failGetMoreAfterCursorCheckout and onPrimaryTransactionalWrite; nil until configured
+	failGetMore, failTxnWrite *failCommand
+	persist                   *persister // nil without Options.Dir
 }
 
 // Start starts a server listening on loopback.

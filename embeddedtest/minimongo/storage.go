@@ -53,6 +53,9 @@ type storage struct {
 	sessions map[string]*session
 	active   map[*txn]struct{}
 	locks    map[string]*txn
+	// snapReads are the snapshots of snapshot reads outside transactions, by
+	// cluster time; their history is kept like that of open transactions
+	snapReads map[bson.Timestamp]*snapRead
 }
 
 func newStorage(s *Server) *storage {
@@ -129,6 +132,7 @@ func (st *storage) createColl(db, name string) (*collection, error) {
 	}
 	c := newCollection(db, name)
 	st.installColl(c)
+	st.appendEvent(&event{op: "create", db: db, coll: name, uuid: c.uuid, opDesc: bson.D{{Key: "idIndex", Value: idIndex().spec}}})
 	return c, nil
 }
 
@@ -163,7 +167,7 @@ func (st *storage) dropColl(c *collection) {
 		delete(st.dbs, c.db) // a database without collections does not exist
 	}
 	st.ver++
-	st.appendEvent(&event{op: "drop", db: c.db, coll: c.name})
+	st.appendEvent(&event{op: "drop", db: c.db, coll: c.name, uuid: c.uuid})
 }
 
 func (st *storage) dropDB(name string) {
@@ -320,7 +324,7 @@ func (st *storage) commitWrite(c *collection, key string, newDoc bson.D, seq uin
 		ix.remove(key, oldDoc)
 		ix.add(key, newDoc)
 	}
-	keep := len(st.active) > 0
+	keep := len(st.active) > 0 || len(st.snapReads) > 0
 	if newDoc == nil && !keep {
 		if old != nil {
 			delete(c.docs, key)
@@ -355,7 +359,7 @@ func (st *storage) nextSeq() uint64 {
 
 // gc drops old versions once no transaction can read them.
 func (st *storage) gc() {
-	if len(st.active) > 0 || !st.retained {
+	if len(st.active) > 0 || len(st.snapReads) > 0 || !st.retained {
 		return
 	}
 	st.retained = false
@@ -378,6 +382,7 @@ func (st *storage) sweep(now time.Time) {
 	st.expireCursors(now)
 	st.expireTxns(now)
 	st.expireSessions(now)
+	st.expireSnapshots(now)
 	st.s.cond.Broadcast()
 }
 

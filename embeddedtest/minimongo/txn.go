@@ -21,6 +21,10 @@ type session struct {
 	retryNum   int64
 	retryReply bson.D
 	lastUsed   time.Time
+	// checkedOut: a command of the session is running. As in MongoDB, a
+	// second command of the same session waits until the first ends (a
+	// commit blocked by a fail point holds its retry until it finishes).
+	checkedOut bool
 }
 
 // txn is a multi-document transaction. Reads see the committed state as of
@@ -94,6 +98,13 @@ func (r *request) resolveSession() error {
 		sess = &session{id: key, lsid: lsid}
 		r.st.sessions[key] = sess
 	}
+	for sess.checkedOut {
+		r.s.cond.Wait()
+		if r.s.closed {
+			return newErr(codeInterruptedAtShutdown, "interrupted at shutdown")
+		}
+	}
+	sess.checkedOut, r.checkedOut = true, true
 	sess.lastUsed = time.Now()
 	r.sess = sess
 	if r.auto != nil && r.txnNum == nil {

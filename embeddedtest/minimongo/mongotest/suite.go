@@ -50,6 +50,7 @@ func Run(t *testing.T, setup func(t *testing.T) Env) {
 		{"Faults", faultTests},
 		{"PipelineUpdate", pipelineUpdateTests},
 		{"DDL", ddlTests},
+		{"Fidelity", fidelityTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
