@@ -41,7 +41,7 @@ func TestServerLabelledRetryableErrors(t *testing.T) {
 			}
 			before := embeddedtest.MongoFailPointActivations(t, e.db.Client(), "failCommand")
 			embeddedtest.InjectMongoFault(t, e.db.Client(), embeddedtest.MongoFault{Commands: []string{"update"}, Times: faults, Code: code, AppName: faultApp})
-			c, err := projection.NewChangelog(e.config("orders-view"), e.bus, client, e.q, projection.WithLogger(embeddedtest.Logger(t)))
+			c, err := projection.NewChangelog(e.bus, client, e.q, e.config("orders-view"), projection.WithLogger(embeddedtest.Logger(t)))
 			require.NoError(t, err)
 			r := start(t, c.Run)
 			e.waitLag("orders-view", 30*time.Second)
@@ -71,7 +71,7 @@ func TestLostWriteReplies(t *testing.T) {
 	}
 	before := embeddedtest.MongoFailPointActivations(t, e.db.Client(), embeddedtest.OnPrimaryTransactionalWrite)
 	embeddedtest.LoseMongoWriteReplies(t, e.db.Client(), faults)
-	c, err := projection.NewChangelog(e.config("orders-view"), e.bus, client, e.q, projection.WithLogger(embeddedtest.Logger(t)))
+	c, err := projection.NewChangelog(e.bus, client, e.q, e.config("orders-view"), projection.WithLogger(embeddedtest.Logger(t)))
 	require.NoError(t, err)
 	r := start(t, c.Run)
 	e.waitLag("orders-view", 30*time.Second)
@@ -120,7 +120,7 @@ func TestTransactionalCommitRetry(t *testing.T) {
 			embeddedtest.InjectMongoFault(t, e.db.Client(), tc.fault)
 			cfg := e.config("orders-tx")
 			cfg.BatchSize = 8
-			p, err := projection.NewTransactional(cfg, e.bus, client, e.q, counterHandler(client.Database(e.db.Name())),
+			p, err := projection.NewTransactional(e.bus, client, e.q, counterHandler(client.Database(e.db.Name())), cfg,
 				projection.WithLogger(embeddedtest.Logger(t)))
 			require.NoError(t, err)
 			r := start(t, p.Run)
