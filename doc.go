@@ -24,6 +24,7 @@
 //	embeddedtest               the real servers tests and dev mode run against: embedded nats-server, the MongoDB test backend
 //	embeddedtest/minimongo     an in-process server speaking the MongoDB wire protocol, for tests only
 //	embeddedtest/minimongo/mongotest  a conformance suite of MongoDB deployments as jetbus's tests use them
+//	embeddedtest/minimongo/spectest  MongoDB's unified specification tests run against the test backend (make spec-mongo)
 //	examples/counter           a transactional projection run as a program of its own
 //	e2e                        end-to-end tests: the binaries as OS processes on a NATS cluster, under failures
 //
