@@ -53,10 +53,11 @@
 //     as a gap in the consumer sequence. The pull ends there and the lost deliveries are
 //     returned by the same reset before anything later is handled, so per-partition order
 //     holds across server restarts; when the reset cannot be made yet (the server
-//     unreachable), the gap is kept and the recovery retried. With ManualAck the reset waits,
-//     at most AckTimeout, for the application to settle what it holds (it would otherwise be
-//     delivered twice); only a handler holding deliveries past that gets the lost ones back
-//     after later ones, from the server's redelivery.
+//     unreachable), the gap is kept and the recovery retried. With ManualAck the reset waits
+//     for the application to settle what it holds (it would otherwise be delivered twice):
+//     while it holds deliveries past AckTimeout, the gap is kept too, so nothing later is
+//     handed over before the lost deliveries (the server alone would send them again only
+//     after their ack timeout, behind later events).
 //
 // # One delivery's path
 //

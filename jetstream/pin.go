@@ -21,9 +21,9 @@ import (
 //
 // It reports whether the partition's deliveries are accounted for. When the recovery could
 // not be done (the consumer unreachable during a server restart, the reset refused, the pin
-// not ours or not known yet) it returns false and keeps lastDSeq: the next pull's first
-// delivery then shows the gap again and the recovery is retried, instead of later events of
-// the lost deliveries' keys being handled before them.
+// not ours or not known yet, ManualAck deliveries still held by the application) it returns
+// false and keeps lastDSeq: the next pull's first delivery then shows the gap again and the
+// recovery is retried, instead of later events being handled before the lost deliveries.
 func (pc *partConsumer) recoverDeliveries() bool {
 	if pc.pinID == "" {
 		pc.lastDSeq = 0
@@ -31,15 +31,19 @@ func (pc *partConsumer) recoverDeliveries() bool {
 	}
 	b := pc.sub.bus
 	if b.hasPending(pc) && !pc.awaitSettled() {
-		// A reset would deliver again the events the application still holds for Bus.Ack,
-		// and it did not settle them within the ack timeout: lost deliveries come back
-		// after it instead, behind later events of their keys. (When the subscription is
-		// stopping, release returns them in order.)
+		// A reset would deliver again the events the application still holds for Bus.Ack
+		// (and make the server ignore the acks it sends for them meanwhile), and it did not
+		// settle them within the ack timeout: no reset yet, and no later event either. A
+		// lost delivery must not come back behind later events: the server redelivers it
+		// only after its ack timeout, which may be long after the pull that lost it ended
+		// (a pull request the server fills after the client stopped reading it), and by then
+		// the application has taken later events and may have moved past it (a
+		// transactional projection's checkpoint). (When the subscription is stopping,
+		// release returns the deliveries in order.)
 		if !pc.sub.stopping() {
-			pc.log.Warn("deliveries held past the ack timeout: deliveries lost in flight come back out of order")
+			pc.log.Warn("deliveries held past the ack timeout: the recovery of deliveries lost in flight waits for them")
 		}
-		pc.lastDSeq = 0
-		return true
+		return false
 	}
 	ctx, cancel := context.WithTimeout(pc.sub.ctx, 5*time.Second)
 	defer cancel()

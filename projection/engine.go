@@ -298,7 +298,10 @@ type partState struct {
 	closed  bool      // no more entries taken
 	final   bool      // write everything held, then stop
 	lastSeq uint64    // highest stream sequence taken
-	failErr error
+	// ackedUpTo is the highest stream sequence of a batch whose acknowledgement started:
+	// every event taken up to it is written and acknowledged, those after it are held.
+	ackedUpTo uint64
+	failErr   error
 
 	kick     chan struct{}
 	failed   chan struct{}
@@ -359,13 +362,21 @@ func (ps *partState) accept(ctx context.Context, d *jetbus.Delivery) error {
 
 // add holds en for the next batch. A delivery after the partition closed stays pending: the
 // Bus returns it to the server when the subscription stops. A stream sequence taken already
-// is a redelivery of an event this partition holds or wrote: dropped.
+// is a redelivery (its ack timeout passed while the partition held it): of an event still
+// held, it is dropped (the Bus settles the newer delivery with the batch); of an event
+// written and acknowledged (the redelivery crossed the acknowledgement), it is acknowledged
+// again (see ackAgain).
 func (ps *partState) add(en *entry) {
 	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	if ps.closed || en.d.Seq <= ps.lastSeq {
+		written := !ps.closed && en.d.Seq <= ps.ackedUpTo
+		ps.mu.Unlock()
+		if written {
+			ps.ackAgain(en.d)
+		}
 		return
 	}
+	defer ps.mu.Unlock()
 	ps.lastSeq = en.d.Seq
 	ps.held = append(ps.held, en)
 	if len(ps.held) == 1 {
@@ -374,6 +385,23 @@ func (ps *partState) add(en *entry) {
 	} else if len(ps.held) >= ps.e.cfg.BatchSize {
 		ps.wake()
 	}
+}
+
+// ackAgain acknowledges a redelivery of an event this partition wrote and acknowledged. The
+// Bus keeps every ManualAck delivery pending until it is settled: one left unsettled makes it
+// believe for good that the application holds deliveries of the partition, and its recovery
+// of deliveries lost in flight waits for the application to settle those first
+// (jetstream's recoverDeliveries).
+func (ps *partState) ackAgain(d *jetbus.Delivery) {
+	e := ps.e
+	ctx, cancel := context.WithTimeout(ps.ctx, 10*time.Second)
+	defer cancel()
+	err := e.bus.AckBatch(ctx, ps.topic, e.group, d.ID)
+	if err != nil && !errors.Is(err, jetbus.ErrUnknownEvent) {
+		e.log.Warn("acknowledging the redelivery of a written event failed; it is delivered again and skipped", "projection", e.name, "partition", ps.p, "seq", d.Seq, "err", err)
+		return
+	}
+	e.log.Debug("redelivery of a written event acknowledged", "projection", e.name, "partition", ps.p, "seq", d.Seq)
 }
 
 func (ps *partState) wake() {
@@ -534,6 +562,11 @@ func (ps *partState) flush(entries []*entry) bool {
 		ids = append(ids, en.d.ID)
 		counts[en.out.label()]++
 	}
+	// Before the acknowledgement: a redelivery handled from here on is acknowledged by add
+	// (ackAgain), one handled before is settled by the AckBatch below.
+	ps.mu.Lock()
+	ps.ackedUpTo = max(ps.ackedUpTo, entries[len(entries)-1].d.Seq)
+	ps.mu.Unlock()
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	err := e.bus.AckBatch(actx, ps.topic, e.group, ids...)
 	cancel()
