@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/jetbus/jetbus"
 )
@@ -64,6 +65,11 @@ func Transient(err error) bool {
 			return true
 		}
 		return false
+	}
+	// No server could be selected (MongoDB unreachable, an election): the driver's own
+	// deadline ran out, not the caller's, and the next try may find a primary.
+	if errors.As(err, &topology.ServerSelectionError{}) {
+		return true
 	}
 	var labeled interface{ HasErrorLabel(string) bool }
 	if errors.As(err, &labeled) {

@@ -13,6 +13,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/retry"
@@ -46,6 +47,7 @@ func TestTransient(t *testing.T) {
 		{"plain error", errors.New("boom"), false},
 		{"canceled", context.Canceled, false},
 		{"canceled wrapped", fmt.Errorf("x: %w", context.Canceled), false},
+		{"no MongoDB server selectable", fmt.Errorf("create indexes: %w", topology.ServerSelectionError{Wrapped: errors.New("server selection timeout")}), true},
 		{"connection closed", nats.ErrConnectionClosed, false},
 		{"jetbus closed", jetbus.ErrClosed, false},
 		{"invalid topic", jetbus.ErrInvalidTopic, false},
