@@ -29,7 +29,7 @@ import (
 const maxLoadRSS = 768 << 20
 
 // TestHTTPLoad runs loadClients concurrent keep-alive clients against one projector process
-// for loadDuration, at loadRPS requests a second in all, mixing conditional reads that end
+// for loadDuration, at loadRPS requests a second in all (JETBUS_LOAD_RPS overrides it), mixing conditional reads that end
 // in 304, key reads, list pages and reads with ?after=&wait=. Nothing may fail with a 5xx
 // other than the documented 503s of the bounds, every request is answered, and the
 // process's memory stays under maxLoadRSS. The latencies are logged (BENCHMARKS.md keeps
@@ -121,7 +121,11 @@ auth: {tokens: [{name: load, token: %s, views: [orders, ops]}]}
 			}
 		}
 	}()
-	period := time.Duration(float64(time.Second) * loadClients / loadRPS)
+	rps := loadRPS
+	if v, err := strconv.Atoi(os.Getenv("JETBUS_LOAD_RPS")); err == nil && v > 0 {
+		rps = v
+	}
+	period := time.Duration(float64(time.Second) * loadClients / float64(rps))
 	var wg sync.WaitGroup
 	for c := range loadClients {
 		wg.Go(func() {
@@ -185,7 +189,7 @@ auth: {tokens: [{name: load, token: %s, views: [orders, ops]}]}
 	assert.Less(t, rssMax.Load(), int64(maxLoadRSS), "the projector's memory stays bounded")
 	var report strings.Builder
 	fmt.Fprintf(&report, "%d clients, %s, target %d req/s: %d requests (%.0f/s), projector RSS max %d MiB\n",
-		loadClients, loadDuration, loadRPS, total, float64(total)/loadDuration.Seconds(), rssMax.Load()>>20)
+		loadClients, loadDuration, rps, total, float64(total)/loadDuration.Seconds(), rssMax.Load()>>20)
 	for _, kind := range []string{"304", "key", "list", "after"} {
 		d := results[kind]
 		slices.Sort(d)
