@@ -3,12 +3,15 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/process"
 	"github.com/jetbus/jetbus/projection"
+	"github.com/jetbus/jetbus/schema"
 	"github.com/jetbus/jetbus/snapshotapi"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Projector returns the projector process for cfg: at start it ensures the declared topics;
@@ -40,7 +43,7 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts := sh.projectionOptions()
+		opts := projectionOptions(env.Logger, env.Metrics, sh.reg)
 		for _, p := range cfg.Projections {
 			c, err := projection.NewChangelog(env.Bus, env.Mongo, sh.q, projectionConfig(cfg, p), opts...)
 			if err != nil {
@@ -61,12 +64,12 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 	return spec, nil
 }
 
-// projectionOptions are what every projection of a process shares: the process's logger and
-// metrics, and the registry's upcaster, so projections see every event in its topic's latest
-// shape.
-func (sh *shared) projectionOptions() []projection.Option {
-	return []projection.Option{projection.WithLogger(sh.env.Logger), projection.WithRegisterer(sh.env.Metrics),
-		projection.WithMiddlewares(sh.reg.UpcastMiddleware())}
+// projectionOptions are what every projection of a process (or a rebuild) shares: the
+// logger and metrics, and the registry's upcaster, so projections see every event in its
+// topic's latest shape.
+func projectionOptions(log *slog.Logger, metrics prometheus.Registerer, reg *schema.Registry) []projection.Option {
+	return []projection.Option{projection.WithLogger(log), projection.WithRegisterer(metrics),
+		projection.WithMiddlewares(reg.UpcastMiddleware())}
 }
 
 // apiComponent wires the snapshot API: the cursor key shared through NATS KV, the registry
