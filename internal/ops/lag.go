@@ -47,3 +47,32 @@ func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// Ready is the metric of readiness, per check of /readyz: 1 when it passes, 0 when not.
+// Computed at scrape time, as /readyz computes it.
+const Ready = "jetbus_ready"
+
+// readyCollector exports Ready by running the checks.
+type readyCollector struct {
+	checks func() []Check
+	desc   *prometheus.Desc
+}
+
+func newReadyCollector(checks func() []Check) *readyCollector {
+	return &readyCollector{checks: checks, desc: prometheus.NewDesc(Ready,
+		"1 when the readiness check passes (as /readyz reports it), 0 when it fails.", []string{"check"}, nil)}
+}
+
+func (c *readyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *readyCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, chk := range c.checks() {
+		ctx, cancel := context.WithTimeout(context.Background(), CheckTimeout)
+		v := 1.0
+		if chk.Func(ctx) != nil {
+			v = 0
+		}
+		cancel()
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, chk.Name)
+	}
+}

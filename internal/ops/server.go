@@ -20,7 +20,7 @@ type Check struct {
 // Endpoints are the handlers of the operations server.
 type Endpoints struct {
 	// Gatherer serves /metrics, with jetbus_group_lag_seconds (GroupLagSeconds) read from
-	// the status when Status is set.
+	// the status when Status is set, and jetbus_ready (Ready) from Checks when set.
 	Gatherer prometheus.Gatherer
 	// Checks decide /readyz, in order; each gets at most CheckTimeout.
 	Checks func() []Check
@@ -83,10 +83,15 @@ func (e Endpoints) Handler() *http.ServeMux {
 	status := newStatusCache(e.Status)
 	if e.Gatherer != nil {
 		g := e.Gatherer
-		if e.Status != nil {
-			lag := prometheus.NewRegistry()
-			lag.MustRegister(newLagCollector(status))
-			g = prometheus.Gatherers{e.Gatherer, lag}
+		if e.Status != nil || e.Checks != nil {
+			own := prometheus.NewRegistry()
+			if e.Status != nil {
+				own.MustRegister(newLagCollector(status))
+			}
+			if e.Checks != nil {
+				own.MustRegister(newReadyCollector(e.Checks))
+			}
+			g = prometheus.Gatherers{e.Gatherer, own}
 		}
 		mux.Handle("GET /metrics", guard(promhttp.HandlerFor(g, promhttp.HandlerOpts{})))
 	}
