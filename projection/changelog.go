@@ -258,9 +258,13 @@ func (c *Changelog) decode(en *entry) {
 		en.ev = ch
 		if c.dec.version != nil && !en.d.Tombstone() {
 			at, ok := c.dec.version.lookup(gjson.ParseBytes(en.d.Payload))
+			if !ok {
+				en.deadLetter(dataErrorf("event %s: the payload has no version at %s", en.d.ID, c.dec.version))
+				return
+			}
 			v, err := integer(at)
-			if !ok || err != nil {
-				en.deadLetter(dataErrorf("event %s: no integer version at %s", en.d.ID, c.dec.version))
+			if err != nil {
+				en.deadLetter(dataErrorf("event %s: the version at %s %v", en.d.ID, c.dec.version, err))
 				return
 			}
 			ch.ver = v
