@@ -29,9 +29,11 @@ var natsNodes = []string{"nats1", "nats2", "nats3"}
 
 func natsConfigFile(node string) string { return filepath.Join("nats", node+".conf") }
 
-// natsOptions reads a NATS configuration file as nats-server itself does.
+// natsOptions reads a NATS configuration file as nats-server itself does, with the users'
+// passwords in the environment (natsPasswords).
 func natsOptions(t *testing.T, file string) *server.Options {
 	t.Helper()
+	natsPasswords(t)
 	o, err := server.ProcessConfigFile(file)
 	require.NoError(t, err, "nats-server refuses %s", file)
 	return o
@@ -69,8 +71,9 @@ func TestNATSConfigs(t *testing.T) {
 
 // TestNATSClusterTakesR3Topics starts the three nodes in this process from their
 // configuration files — only the addresses (loopback, free ports) and the store directories
-// changed — and has jetbus ensure the deploy configuration's topics and DLQ on it, as the
-// processes do at start: every stream is created with three replicas, one on each node.
+// changed — and has jetbus ensure the deploy configuration's topics and DLQ on it, logged in
+// as the bridge user, as the bridge does at start: every stream is created with three
+// replicas, one on each node.
 func TestNATSClusterTakesR3Topics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
@@ -122,6 +125,7 @@ func TestNATSClusterTakesR3Topics(t *testing.T) {
 	cfg, err := config.Load(config.Options{File: deployConfig})
 	require.NoError(t, err)
 	cfg.NATS.URLs = urls
+	cfg.NATS.User, cfg.NATS.Password, cfg.NATS.InboxPrefix = userBridge, natsPassword(userBridge), natsInboxPrefixes[userBridge]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tool, err := wiring.Open(ctx, cfg, "deploy test", wiring.Needs{DLQ: true}, embeddedtest.Logger(t))
