@@ -38,7 +38,7 @@ const (
 const (
 	DefaultMode         = Replace
 	DefaultTombstones   = DeleteTombstones
-	DefaultBatchSize    = 100
+	DefaultBatchSize    = 500
 	MaxBatchSize        = 10000
 	DefaultLinger       = 5 * time.Millisecond
 	DefaultStopTimeout  = 5 * time.Second
@@ -99,10 +99,13 @@ type Config struct {
 	// "<collection>_history" with a TTL index expiring it after History.
 	History time.Duration
 	// BatchSize is the most events written per bulk write (transaction, for a
-	// transactional projection): default DefaultBatchSize, at most MaxBatchSize.
+	// transactional projection) and fetched at once: default DefaultBatchSize, at most
+	// MaxBatchSize. It is an upper bound: batches grow toward it with the backlog and shrink
+	// when the topic is quiet (see the package doc, "How a batch is written").
 	BatchSize int
 	// Linger is how long a partition waits for a batch to fill before writing what it has
-	// (default DefaultLinger). It bounds the latency a quiet topic adds.
+	// (default DefaultLinger). It bounds the latency a quiet topic adds; under a backlog
+	// batches fill to BatchSize before it passes.
 	Linger time.Duration
 	// MaxInFlight bounds the events of one partition delivered and not yet written and
 	// acknowledged (default 4×BatchSize, at least BatchSize).

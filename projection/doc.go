@@ -14,8 +14,11 @@
 //
 // A projection consumes its topic (and FanIn topics) as one consumer group through
 // partition.Subscribe with ManualAck deliveries. Each owned partition holds what it was
-// delivered and writes a batch when BatchSize events are held or the oldest waited Linger;
-// one batch at a time per partition, so a partition's writes are in stream order. After the
+// delivered and writes one batch at a time, so a partition's writes are in stream order.
+// Batches adapt to the load: a batch is written when BatchSize events are held (an upper
+// bound, default 500) or its oldest waited Linger (default 5ms), so under a backlog batches
+// fill up to BatchSize while the previous one is written, and a quiet topic's event waits
+// at most Linger. After the
 // write succeeded, what it refused is dead-lettered (reason "projection") and the whole batch
 // is acknowledged with one AckBatch. Nothing is acknowledged before its write landed: a
 // transient failure (network, not primary, write concern, timeouts) retries the batch with

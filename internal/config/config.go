@@ -157,8 +157,8 @@ type Projection struct {
 	Tombstones       string        `yaml:"tombstones" default:"delete" enum:"delete|keep" desc:"What a null payload does: delete the document, or keep it marked _deleted."`
 	Indexes          []Index       `yaml:"indexes" desc:"Secondary indexes created at start (idempotently); a view may sort only on a field that leads one."`
 	History          time.Duration `yaml:"history" desc:"Keep every applied version in <collection>_history for this long, for reads at a past time (0: no history)." example:"720h"`
-	BatchSize        int           `yaml:"batch_size" default:"100" min:"1" max:"10000" desc:"Events fetched and written per bulk write."`
-	Linger           time.Duration `yaml:"linger" default:"5ms" desc:"How long a partition waits for a batch to fill before writing what it has: the most latency a quiet topic adds."`
+	BatchSize        int           `yaml:"batch_size" default:"500" min:"1" max:"10000" desc:"The most events fetched and written per bulk write: batches grow toward it with the backlog and shrink when the topic is quiet."`
+	Linger           time.Duration `yaml:"linger" default:"5ms" desc:"How long a partition waits for a batch to fill before writing what it has: the most latency a quiet topic adds (under a backlog batches fill to batch_size first)."`
 	DeletedRetention time.Duration `yaml:"deleted_retention" default:"24h" min:"1" desc:"With tombstones: delete, how long a deleted key keeps a marker with its version (readers skip it) before MongoDB's TTL monitor removes it: an event of that key older than the tombstone arriving within this time cannot bring the key back."`
 }
 
