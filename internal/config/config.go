@@ -36,13 +36,14 @@ type Config struct {
 
 // NATS says how to reach NATS. At most one of creds, nkey, user/password and token is set.
 type NATS struct {
-	URLs     []string `yaml:"urls" check:"nats-url" default:"[nats://127.0.0.1:4222]" desc:"Server URLs; a list, or one comma-separated string." example:"[nats://n1:4222, nats://n2:4222]"`
-	Creds    string   `yaml:"creds" check:"path" desc:"User credentials file (JWT and NKey seed), as nsc writes it." example:"/etc/jetbus/nats.creds"`
-	NKey     string   `yaml:"nkey" check:"path" desc:"NKey seed file." example:"/etc/jetbus/user.nk"`
-	User     string   `yaml:"user" desc:"User name (with password)." example:"jetbus"`
-	Password string   `yaml:"password" secret:"true" desc:"Password (with user)." example:"${NATS_PASSWORD}"`
-	Token    string   `yaml:"token" secret:"true" desc:"Authentication token." example:"${NATS_TOKEN}"`
-	TLS      TLS      `yaml:"tls" desc:"TLS: a CA to verify the servers, and a client certificate for mutual TLS."`
+	URLs        []string `yaml:"urls" check:"nats-url" default:"[nats://127.0.0.1:4222]" desc:"Server URLs; a list, or one comma-separated string." example:"[nats://n1:4222, nats://n2:4222]"`
+	Creds       string   `yaml:"creds" check:"path" desc:"User credentials file (JWT and NKey seed), as nsc writes it." example:"/etc/jetbus/nats.creds"`
+	NKey        string   `yaml:"nkey" check:"path" desc:"NKey seed file." example:"/etc/jetbus/user.nk"`
+	User        string   `yaml:"user" desc:"User name (with password)." example:"jetbus"`
+	Password    string   `yaml:"password" secret:"true" desc:"Password (with user)." example:"${NATS_PASSWORD}"`
+	Token       string   `yaml:"token" secret:"true" desc:"Authentication token." example:"${NATS_TOKEN}"`
+	InboxPrefix string   `yaml:"inbox_prefix" default:"_INBOX" check:"inbox-prefix" desc:"Subject prefix of the replies to the process's own requests (JetStream API, KV reads, pulled events). Give each process a prefix of its own that untrusted clients may not subscribe to (deploy/README.md, NATS permissions): clients subscribe _INBOX.> for their replies, and would read the process's there." example:"_INBOX_bridge"`
+	TLS         TLS      `yaml:"tls" desc:"TLS: a CA to verify the servers, and a client certificate for mutual TLS."`
 }
 
 // TLS names PEM files.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -57,6 +58,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 	view := ac.Views[0]
 
 	checks := map[string][2]any{ // key path: {mapped value, package default}
+		"nats.inbox_prefix":             {cfg.NATS.InboxPrefix, strings.TrimSuffix(nats.InboxPrefix, ".")},
 		"mongo.database":                {pc.Database, snapshotapi.DefaultDatabase},
 		"http.request_timeout":          {ac.RequestTimeout, snapshotapi.DefaultRequestTimeout},
 		"http.max_connections":          {cfg.HTTP.MaxConnections, process.DefaultMaxConnections},
