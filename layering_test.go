@@ -14,7 +14,7 @@ import (
 // The others — config, process, ops, cli, wiring, devenv, devmode — belong to the processes
 // (docs/architecture.md, "Internal packages").
 var libraryInternals = []string{"internal/retry", "internal/streamscan", "internal/jsonenc", "internal/option",
-	"internal/promreg", "internal/mongoname"}
+	"internal/promreg", "internal/mongoname", "internal/spans"}
 
 func TestLibrariesImportOnlyLibraryInternals(t *testing.T) {
 	const module = "github.com/jetbus/jetbus/"

@@ -40,7 +40,7 @@ func (m *fakeMsg) TermWithReason(string) error            { return nil }
 // deliveryFixture is one partition consumer of a one-partition topic with a do-nothing
 // handler, and a message as the Bus publishes it.
 func deliveryFixture() (*partConsumer, *fakeMsg) {
-	s := &subscription{group: "g", stopCh: make(chan struct{}), ctx: context.Background()}
+	s := &subscription{bus: &Bus{}, group: "g", stopCh: make(chan struct{}), ctx: context.Background()}
 	s.opts, _ = jetbus.ApplySubscribeOptions()
 	s.handler = jetbus.ChainHandler(func(ctx context.Context, d *jetbus.Delivery) error {
 		if d.DecodeErr != nil {
