@@ -50,6 +50,8 @@
 //
 //	internal/config            the processes' configuration: YAML, environment and flags, decoded and checked
 //	internal/wiring            the composition root: a loaded configuration becomes each process's components, and the tools' connections
+//	internal/tracing           the OpenTelemetry SDK of the processes: the tracing section and OTEL_* variables, the OTLP exporter, flushed on stop
+//	internal/tracing/otlptest  an in-process OTLP receiver (HTTP and gRPC) for tests of what the processes export
 //	internal/process           what the processes share around their components: Runner, signals, connections, Run
 //	internal/ops               what operators see: /healthz, /readyz, /metrics, /v1/ops/status, the status report, the registry
 //	internal/ops/opstest       a consumer group in a known, stable state for the tests of what operators see

@@ -47,9 +47,9 @@ func openShared(ctx context.Context, env *process.Env, res *resources, withDLQ b
 // its topic's schema (the registry's publish middleware), with room for pending async
 // publishes. Each publishing component kind gets its own (see Bridge for why).
 func (sh *shared) publishingBus(ctx context.Context, pending int) (*jetstream.Bus, error) {
-	bus, err := jetstream.Open(ctx, sh.env.Conn, jetstream.WithPublishMiddleware(sh.reg.PublishMiddleware()),
+	bus, err := jetstream.Open(ctx, sh.env.Conn, append(sh.env.BusOptions(), jetstream.WithPublishMiddleware(sh.reg.PublishMiddleware()),
 		jetstream.WithAsyncMaxPending(max(pending, 4000)),
-		jetstream.WithRegisterer(sh.env.Metrics), jetstream.WithLogger(sh.env.Logger))
+		jetstream.WithRegisterer(sh.env.Metrics), jetstream.WithLogger(sh.env.Logger))...)
 	if err != nil {
 		return nil, err
 	}
