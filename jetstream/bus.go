@@ -26,6 +26,7 @@ type Bus struct {
 	// baggage key is allowed (WithBaggageKeys).
 	tracer      trace.Tracer
 	keepBaggage func(string) bool
+	pubSpans    sync.Map // topic → *publishSpan
 
 	publishSync  jetbus.PublishFunc
 	publishAsync jetbus.PublishFunc

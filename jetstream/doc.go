@@ -74,19 +74,24 @@
 //     span, or else of jetbus.WithTraceContext's traceparent, or a root. It covers the
 //     publish middlewares and the wait for the server (for PublishAsync, until the Wait
 //     that learns the result); the event carries this span's context. Attributes:
-//     messaging.operation.type send, messaging.destination.name (the topic),
-//     messaging.message.id (the event ID), messaging.destination.partition.id and
-//     jetbus.seq once stored.
+//     messaging.operation.name publish, messaging.operation.type send,
+//     messaging.destination.name (the topic), messaging.message.id (the event ID),
+//     messaging.destination.partition.id.
 //   - "process <topic>", a consumer span per delivery: the child of the event's trace
 //     context (a producer span, or what a foreign client sent), covering the handler chain
 //     and the settlement. The handler's ctx carries it, and the event's baggage. Attributes:
-//     messaging.operation.type process, messaging.destination.name,
+//     messaging.operation.name and .type process, messaging.destination.name,
 //     messaging.consumer.group.name, messaging.destination.partition.id,
-//     messaging.message.id, jetbus.seq, jetbus.attempt (the delivery's attempt, from 1) and
-//     jetbus.outcome (ack, retry, terminate, last-attempt, manual). A handler error is
-//     recorded with the error status. Each redelivery is a span of its own with its attempt,
-//     a sibling of the first; with KeyConcurrency a retry in place is a "retry" event of the
+//     messaging.message.id, jetbus.attempt (the delivery's attempt, from 1); and, unless the
+//     delivery was acknowledged at its first attempt, jetbus.outcome (ack, retry,
+//     terminate, last-attempt, manual) with the last attempt. A handler error is recorded
+//     with the error status. Each redelivery is a span of its own with its attempt, a
+//     sibling of the first; with KeyConcurrency a retry in place is a "retry" event of the
 //     one span.
+//
+// The SDK spends about 200 ns per attribute of a span (BENCHMARKS.md, "Tracing"), so a span
+// gets no more than these, in one go where it can: an acknowledged delivery's span is not
+// touched after its start.
 //
 // Without a tracer that records (the default) the Bus starts no span and adds nothing to a
 // handler's ctx; Publish still writes ctx's span context when ctx holds one, and otherwise

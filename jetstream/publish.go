@@ -26,9 +26,9 @@ func (b *Bus) Publish(ctx context.Context, topic string, payload any, opts ...je
 	if err != nil {
 		return nil, err
 	}
-	ctx, span := b.startPublish(ctx, e)
+	ctx, span, partition := b.startPublish(ctx, e)
 	err = b.publishSync(ctx, e)
-	endPublish(span, e, err)
+	endPublish(span, e, partition, err)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +161,7 @@ type publishFuture struct {
 	futs      []natsjs.PubAckFuture
 	duplicate bool
 	span      trace.Span // the producer span, ended by the Wait that learns the result
+	partition int        // its partition attribute
 }
 
 // Duplicate implements jetbus.PublishFuture.
@@ -193,7 +194,7 @@ func (f *publishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
 }
 
 func (f *publishFuture) end(err error) {
-	endPublish(f.span, f.event, err)
+	endPublish(f.span, f.event, f.partition, err)
 	f.span = nil
 }
 
@@ -237,22 +238,22 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts 
 	if err != nil {
 		return nil, err
 	}
-	ctx, span := b.startPublish(ctx, e)
+	ctx, span, partition := b.startPublish(ctx, e)
 	if len(b.opts.publishMW) == 0 {
 		// No middleware can publish more than this one message: skip the collector.
 		fut, err := b.writeAsyncOne(ctx, e)
 		if err != nil {
-			endPublish(span, e, err)
+			endPublish(span, e, partition, err)
 			return nil, err
 		}
-		return &publishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}, span: span}, nil
+		return &publishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}, span: span, partition: partition}, nil
 	}
 	c := &asyncCollector{}
 	if err := b.publishAsync(context.WithValue(ctx, asyncKey{}, c), e); err != nil {
-		endPublish(span, e, err)
+		endPublish(span, e, partition, err)
 		return nil, err
 	}
-	return &publishFuture{bus: b, event: e, futs: c.futs, span: span}, nil
+	return &publishFuture{bus: b, event: e, futs: c.futs, span: span, partition: partition}, nil
 }
 
 // PublishAsyncComplete is closed when every outstanding async publish is settled.

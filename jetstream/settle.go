@@ -49,7 +49,7 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	if pc.gm != nil {
 		pc.gm.deliver()
 	}
-	ctx, span := s.ctx, trace.Span(nil)
+	ctx, span, first := s.ctx, trace.Span(nil), d.Attempt
 	if pc.span != nil {
 		ctx, span = pc.span.start(ctx, s.bus.tracer, d)
 	}
@@ -73,16 +73,16 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	}
 	if s.opts.ManualAck {
 		if err == nil {
-			endProcess(span, d, nil, outcomeManual)
+			endProcess(span, d, first, nil, outcomeManual)
 			return // settled by Bus.Ack or Bus.Nack
 		}
 		if !s.bus.takePending(key, msg) {
-			endProcess(span, d, err, outcomeManual)
+			endProcess(span, d, first, err, outcomeManual)
 			return // already settled by the handler itself
 		}
 	}
 	outcome := pc.settle(msg, d.Attempt, e, err)
-	endProcess(span, d, err, outcome)
+	endProcess(span, d, first, err, outcome)
 	if s.opts.KeyConcurrency <= 1 {
 		pc.handledUpTo.Store(e.Seq)
 	}

@@ -71,13 +71,37 @@ func baggageFilter(keys []string) func(string) bool {
 	return func(k string) bool { return slices.Contains(keys, k) }
 }
 
+// The spans' attributes: OpenTelemetry's SDK spends about 200 ns per attribute of a span
+// on this project's benchmark machine (it copies them, and deduplicates them in a map when the
+// span ends), and a second batch of attributes costs a reallocation. So the attributes are
+// the messaging conventions' required and recommended ones and jetbus's attempt, each span
+// gets them in one go where it can, the static ones are built once per topic (publish) or
+// partition consumer (process), and the end adds only what went wrong.
+
+// publishSpan is what the producer spans of one topic share: the name and the attributes that
+// do not change.
+type publishSpan struct {
+	name  string
+	attrs trace.SpanStartOption // the static attributes, as an option built once
+}
+
+// publishSpanOf returns topic's publishSpan, built once.
+func (b *Bus) publishSpanOf(topic string) *publishSpan {
+	if ps, ok := b.pubSpans.Load(topic); ok {
+		return ps.(*publishSpan)
+	}
+	ps, _ := b.pubSpans.LoadOrStore(topic, &publishSpan{name: spans.Publish.Name(topic), attrs: trace.WithAttributes(spans.Messaging(spans.Publish, topic)...)})
+	return ps.(*publishSpan)
+}
+
 // startPublish gives e (its options' trace context already sanitized) the trace context it
 // is published with and, when the Bus traces, starts its producer span, returned with the
 // context that carries it (nil without tracing). The parent is ctx's span, or else the
 // trace context of jetbus.WithTraceContext; the event carries the producer span's context.
 // Without tracing, the event carries ctx's span context when there is one, or else the
-// options' as given.
-func (b *Bus) startPublish(ctx context.Context, e *jetbus.Event) (context.Context, trace.Span) {
+// options' as given. The partition attribute is the one the cached partition count gives
+// (-1: none cached).
+func (b *Bus) startPublish(ctx context.Context, e *jetbus.Event) (context.Context, trace.Span, int) {
 	if b.keepBaggage != nil && e.Baggage == "" {
 		if bg := baggage.FromContext(ctx); bg.Len() > 0 {
 			e.Baggage = bg.String()
@@ -86,29 +110,39 @@ func (b *Bus) startPublish(ctx context.Context, e *jetbus.Event) (context.Contex
 	}
 	if b.tracer == nil {
 		spans.Inject(ctx, e)
-		return ctx, nil
+		return ctx, nil, -1
 	}
 	parent := ctx
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		parent = spans.Parent(ctx, e)
 	}
-	ctx, span := b.tracer.Start(parent, spans.Publish.Name(e.Topic), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(spans.Messaging(spans.Publish, e.Topic)...),
-		trace.WithAttributes(semconv.MessagingMessageID(e.ID)))
+	ps := b.publishSpanOf(e.Topic)
+	partition := -1
+	dynamic := []attribute.KeyValue{semconv.MessagingMessageID(e.ID)}
+	if n := b.topics.peek(e.Topic); n > 0 {
+		key := e.Key
+		if key == "" {
+			key = e.ID
+		}
+		partition = jetbus.PartitionOf(key, n)
+		dynamic = append(dynamic, semconv.MessagingDestinationPartitionID(strconv.Itoa(partition)))
+	}
+	ctx, span := b.tracer.Start(parent, ps.name, producer, ps.attrs, trace.WithAttributes(dynamic...))
 	spans.Inject(ctx, e)
-	return ctx, span
+	return ctx, span, partition
 }
 
-// endPublish ends a producer span (nil: none) with the publish's result.
-func endPublish(span trace.Span, e *jetbus.Event, err error) {
+// endPublish ends a producer span (nil: none) with the publish's result; partition is the
+// attribute startPublish gave it.
+func endPublish(span trace.Span, e *jetbus.Event, partition int, err error) {
 	if span == nil {
 		return
 	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-	} else {
-		span.SetAttributes(semconv.MessagingDestinationPartitionID(strconv.Itoa(e.Partition)), spans.AttrSeq.Int64(int64(e.Seq)))
+	} else if e.Partition != partition { // not cached at the start, or a middleware moved the key
+		span.SetAttributes(semconv.MessagingDestinationPartitionID(strconv.Itoa(e.Partition)))
 	}
 	span.End()
 }
@@ -117,20 +151,26 @@ func endPublish(span trace.Span, e *jetbus.Event, err error) {
 // and the attributes every one of them shares.
 type processSpan struct {
 	name  string
-	attrs []attribute.KeyValue
+	attrs trace.SpanStartOption // the static attributes, as an option built once
 }
 
 func newProcessSpan(topic, group string, partition int) *processSpan {
 	return &processSpan{
 		name: spans.Process.Name(topic),
-		attrs: append(spans.Messaging(spans.Process, topic),
+		attrs: trace.WithAttributes(append(spans.Messaging(spans.Process, topic),
 			semconv.MessagingConsumerGroupName(group),
-			semconv.MessagingDestinationPartitionID(strconv.Itoa(partition))),
+			semconv.MessagingDestinationPartitionID(strconv.Itoa(partition)))...),
 	}
 }
 
-// startProcess starts the consumer span of a delivery, a child of the event's trace context,
-// and returns ctx carrying it (and the event's baggage).
+// The span kinds, as options built once.
+var (
+	producer = trace.WithSpanKind(trace.SpanKindProducer)
+	consumer = trace.WithSpanKind(trace.SpanKindConsumer)
+)
+
+// start starts the consumer span of a delivery, a child of the event's trace context, and
+// returns ctx carrying it (and the event's baggage).
 func (ps *processSpan) start(ctx context.Context, tr trace.Tracer, d *jetbus.Delivery) (context.Context, trace.Span) {
 	ctx = spans.Parent(ctx, d.Event)
 	if d.Baggage != "" {
@@ -138,20 +178,24 @@ func (ps *processSpan) start(ctx context.Context, tr trace.Tracer, d *jetbus.Del
 			ctx = baggage.ContextWithBaggage(ctx, bg)
 		}
 	}
-	return tr.Start(ctx, ps.name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(ps.attrs...),
-		trace.WithAttributes(semconv.MessagingMessageID(d.ID), spans.AttrAttempt.Int(d.Attempt), spans.AttrSeq.Int64(int64(d.Seq))))
+	return tr.Start(ctx, ps.name, consumer, ps.attrs,
+		trace.WithAttributes(semconv.MessagingMessageID(d.ID), spans.AttrAttempt.Int(d.Attempt)))
 }
 
-// endProcess ends a consumer span (nil: none) with the handler's result and what became of
-// the delivery.
-func endProcess(span trace.Span, d *jetbus.Delivery, err error, outcome string) {
+// endProcess ends a consumer span (nil: none). A delivery acknowledged at its first attempt
+// adds nothing; otherwise the span gets its last attempt, what became of the delivery
+// (outcome) and the handler's error.
+func endProcess(span trace.Span, d *jetbus.Delivery, firstAttempt int, err error, outcome string) {
 	if span == nil {
 		return
 	}
-	span.SetAttributes(spans.AttrAttempt.Int(d.Attempt), spans.AttrOutcome.String(outcome))
-	if err != nil {
+	switch {
+	case err != nil:
+		span.SetAttributes(spans.AttrAttempt.Int(d.Attempt), spans.AttrOutcome.String(outcome))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
+	case d.Attempt != firstAttempt || outcome != outcomeAck:
+		span.SetAttributes(spans.AttrAttempt.Int(d.Attempt), spans.AttrOutcome.String(outcome))
 	}
 	span.End()
 }

@@ -24,8 +24,6 @@ const System = "nats"
 const (
 	// AttrAttempt is a delivery's attempt number, from 1 (jetbus.Delivery.Attempt).
 	AttrAttempt = attribute.Key("jetbus.attempt")
-	// AttrSeq is an event's stream sequence.
-	AttrSeq = attribute.Key("jetbus.seq")
 	// AttrOutcome is what became of a delivery: ack, retry, terminate, last-attempt (nak'ed
 	// on its last attempt: the dead-letter safety net takes it) or manual (left to
 	// Bus.Ack/Nack).
