@@ -118,7 +118,7 @@ func (b *Bus) startPublish(ctx context.Context, e *jetbus.Event) (context.Contex
 	}
 	ps := b.publishSpanOf(e.Topic)
 	partition := -1
-	dynamic := []attribute.KeyValue{semconv.MessagingMessageID(e.ID)}
+	dynamic := append(make([]attribute.KeyValue, 0, 2), semconv.MessagingMessageID(e.ID))
 	if n := b.topics.peek(e.Topic); n > 0 {
 		key := e.Key
 		if key == "" {

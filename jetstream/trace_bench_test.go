@@ -21,40 +21,56 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-// BenchmarkTracing compares a Bus with tracing off (the default: no provider) with one tracing
-// every publish and delivery (an SDK provider sampling every trace, its batch span processor
-// exporting to nowhere), on the same connection and server, alternating as ab does. The
-// ratio is on/off: throughput for PublishAsync and ConsumeAck, latency for PublishSync.
-// The events the "on" side consumes carry the traceparent its publishes wrote.
+// sampledTP is a sampled traceparent, as a client that traces sends it.
+const sampledTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// BenchmarkTracing compares a Bus with tracing off (the default: no provider) with the same
+// work traced, on the same connection and server, alternating as ab does; the ratio is
+// on/off (latency for PublishSync, throughput for the others). "on" is an SDK provider
+// sampling every trace whose batch span processor exports to nowhere. Two more PublishSync
+// variants take the cost apart: "unsampled" is the SDK sampling nothing (the span context
+// is still made and carried, with the sampled flag off), "header" no SDK at all but events
+// carrying a sampled traceparent (what the NATS server does with one: it looks for message
+// tracing in the headers of every message whose traceparent is sampled). The events the
+// "on" side of ConsumeAck consumes carry the traceparent its publishes wrote.
 func BenchmarkTracing(b *testing.B) {
-	setup := func(b *testing.B) (*benchEnv, *jbjs.Bus) {
-		e := newBenchEnv(b)
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
-		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-		on, err := jbjs.Open(context.Background(), e.nc, jbjs.WithTracerProvider(tp))
-		require.NoError(b, err)
-		return e, on
-	}
 	ctx := context.Background()
-	b.Run("PublishSync", func(b *testing.B) {
-		e, on := setup(b)
-		offTopic, onTopic := e.topic(b), e.topic(b)
-		publish := func(bus *jbjs.Bus, topic string) func(int) time.Duration {
-			return func(n int) time.Duration {
-				t0 := time.Now()
-				for range n {
-					if _, err := bus.Publish(ctx, topic, benchPayload); err != nil {
-						b.Fatal(err)
-					}
+	traced := func(b *testing.B, e *benchEnv, sampler sdktrace.Sampler) *jbjs.Bus {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithSampler(sampler))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		on, err := jbjs.Open(ctx, e.nc, jbjs.WithTracerProvider(tp))
+		require.NoError(b, err)
+		return on
+	}
+	publishSync := func(b *testing.B, bus *jbjs.Bus, topic string, opts ...jetbus.PublishOption) func(int) time.Duration {
+		return func(n int) time.Duration {
+			t0 := time.Now()
+			for range n {
+				if _, err := bus.Publish(ctx, topic, benchPayload, opts...); err != nil {
+					b.Fatal(err)
 				}
-				return time.Since(t0)
 			}
+			return time.Since(t0)
 		}
-		abNamed(b, "off", "on", publish(e.bus, offTopic), publish(on, onTopic), true)
+	}
+	b.Run("PublishSync/on", func(b *testing.B) {
+		e := newBenchEnv(b)
+		on := traced(b, e, sdktrace.AlwaysSample())
+		abNamed(b, "off", "on", publishSync(b, e.bus, e.topic(b)), publishSync(b, on, e.topic(b)), true)
 	})
-	b.Run("PublishAsync", func(b *testing.B) {
-		e, on := setup(b)
-		offTopic, onTopic := e.topic(b), e.topic(b)
+	b.Run("PublishSync/unsampled", func(b *testing.B) {
+		e := newBenchEnv(b)
+		on := traced(b, e, sdktrace.NeverSample())
+		abNamed(b, "off", "on", publishSync(b, e.bus, e.topic(b)), publishSync(b, on, e.topic(b)), true)
+	})
+	b.Run("PublishSync/header", func(b *testing.B) {
+		e := newBenchEnv(b)
+		abNamed(b, "off", "on", publishSync(b, e.bus, e.topic(b)),
+			publishSync(b, e.bus, e.topic(b), jetbus.WithTraceContext(sampledTP, "")), true)
+	})
+	b.Run("PublishAsync/on", func(b *testing.B) {
+		e := newBenchEnv(b)
+		on := traced(b, e, sdktrace.AlwaysSample())
 		publish := func(bus *jbjs.Bus, topic string) func(int) time.Duration {
 			return func(n int) time.Duration {
 				t0 := time.Now()
@@ -74,15 +90,15 @@ func BenchmarkTracing(b *testing.B) {
 				return time.Since(t0)
 			}
 		}
-		abNamed(b, "off", "on", publish(e.bus, offTopic), publish(on, onTopic), false)
+		abNamed(b, "off", "on", publish(e.bus, e.topic(b)), publish(on, e.topic(b)), false)
 	})
-	b.Run("ConsumeAck", func(b *testing.B) {
-		e, on := setup(b)
+	b.Run("ConsumeAck/on", func(b *testing.B) {
+		e := newBenchEnv(b)
+		on := traced(b, e, sdktrace.AlwaysSample())
 		consume := func(bus *jbjs.Bus) func(int) time.Duration {
 			return func(n int) time.Duration {
 				topic := e.topic(b)
-				fill := &benchEnv{bus: bus}
-				fill.fill(b, topic, n)
+				(&benchEnv{bus: bus}).fill(b, topic, n)
 				var count atomic.Int64
 				done := make(chan struct{})
 				t0 := time.Now()
