@@ -90,8 +90,9 @@
 //     one span.
 //
 // The SDK spends about 200 ns per attribute of a span (BENCHMARKS.md, "Tracing"), so a span
-// gets no more than these, in one go where it can: an acknowledged delivery's span is not
-// touched after its start.
+// gets no more than these: it starts with those the conventions name for sampling decisions
+// (system, operation, destination), gets the others in one call only when it is sampled, and
+// an acknowledged delivery's span is not touched after that.
 //
 // Without a tracer that records (the default) the Bus starts no span and adds nothing to a
 // handler's ctx; Publish still writes ctx's span context when ctx holds one, and otherwise

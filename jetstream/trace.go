@@ -72,11 +72,12 @@ func baggageFilter(keys []string) func(string) bool {
 }
 
 // The spans' attributes: OpenTelemetry's SDK spends about 200 ns per attribute of a span
-// on this project's benchmark machine (it copies them, and deduplicates them in a map when the
-// span ends), and a second batch of attributes costs a reallocation. So the attributes are
-// the messaging conventions' required and recommended ones and jetbus's attempt, each span
-// gets them in one go where it can, the static ones are built once per topic (publish) or
-// partition consumer (process), and the end adds only what went wrong.
+// on this project's benchmark machine (it copies them into the start configuration, then
+// into the span, and deduplicates them in a map when the span ends), whether the span is
+// sampled or not for those given at its start. So a span starts with the attributes the
+// messaging conventions name for sampling decisions (system, operation, destination), built
+// once per topic or partition consumer as a start option; the others are set in one call,
+// and only on a span that records; the end adds only what went wrong.
 
 // publishSpan is what the producer spans of one topic share: the name and the attributes that
 // do not change.
@@ -117,18 +118,22 @@ func (b *Bus) startPublish(ctx context.Context, e *jetbus.Event) (context.Contex
 		parent = spans.Parent(ctx, e)
 	}
 	ps := b.publishSpanOf(e.Topic)
+	ctx, span := b.tracer.Start(parent, ps.name, producer, ps.attrs)
+	spans.Inject(ctx, e)
+	if !span.IsRecording() {
+		return ctx, span, -1
+	}
 	partition := -1
-	dynamic := append(make([]attribute.KeyValue, 0, 2), semconv.MessagingMessageID(e.ID))
 	if n := b.topics.peek(e.Topic); n > 0 {
 		key := e.Key
 		if key == "" {
 			key = e.ID
 		}
 		partition = jetbus.PartitionOf(key, n)
-		dynamic = append(dynamic, semconv.MessagingDestinationPartitionID(strconv.Itoa(partition)))
+		span.SetAttributes(semconv.MessagingMessageID(e.ID), semconv.MessagingDestinationPartitionID(strconv.Itoa(partition)))
+	} else {
+		span.SetAttributes(semconv.MessagingMessageID(e.ID))
 	}
-	ctx, span := b.tracer.Start(parent, ps.name, producer, ps.attrs, trace.WithAttributes(dynamic...))
-	spans.Inject(ctx, e)
 	return ctx, span, partition
 }
 
@@ -138,10 +143,12 @@ func endPublish(span trace.Span, e *jetbus.Event, partition int, err error) {
 	if span == nil {
 		return
 	}
-	if err != nil {
+	switch {
+	case !span.IsRecording():
+	case err != nil:
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-	} else if e.Partition != partition { // not cached at the start, or a middleware moved the key
+	case e.Partition != partition: // not cached at the start, or a middleware moved the key
 		span.SetAttributes(semconv.MessagingDestinationPartitionID(strconv.Itoa(e.Partition)))
 	}
 	span.End()
@@ -151,15 +158,17 @@ func endPublish(span trace.Span, e *jetbus.Event, partition int, err error) {
 // and the attributes every one of them shares.
 type processSpan struct {
 	name  string
-	attrs trace.SpanStartOption // the static attributes, as an option built once
+	attrs trace.SpanStartOption // the attributes for sampling, as an option built once
+	group attribute.KeyValue
+	part  attribute.KeyValue
 }
 
 func newProcessSpan(topic, group string, partition int) *processSpan {
 	return &processSpan{
-		name: spans.Process.Name(topic),
-		attrs: trace.WithAttributes(append(spans.Messaging(spans.Process, topic),
-			semconv.MessagingConsumerGroupName(group),
-			semconv.MessagingDestinationPartitionID(strconv.Itoa(partition)))...),
+		name:  spans.Process.Name(topic),
+		attrs: trace.WithAttributes(spans.Messaging(spans.Process, topic)...),
+		group: semconv.MessagingConsumerGroupName(group),
+		part:  semconv.MessagingDestinationPartitionID(strconv.Itoa(partition)),
 	}
 }
 
@@ -178,8 +187,11 @@ func (ps *processSpan) start(ctx context.Context, tr trace.Tracer, d *jetbus.Del
 			ctx = baggage.ContextWithBaggage(ctx, bg)
 		}
 	}
-	return tr.Start(ctx, ps.name, consumer, ps.attrs,
-		trace.WithAttributes(semconv.MessagingMessageID(d.ID), spans.AttrAttempt.Int(d.Attempt)))
+	ctx, span := tr.Start(ctx, ps.name, consumer, ps.attrs)
+	if span.IsRecording() {
+		span.SetAttributes(ps.group, ps.part, semconv.MessagingMessageID(d.ID), spans.AttrAttempt.Int(d.Attempt))
+	}
+	return ctx, span
 }
 
 // endProcess ends a consumer span (nil: none). A delivery acknowledged at its first attempt
@@ -190,6 +202,7 @@ func endProcess(span trace.Span, d *jetbus.Delivery, firstAttempt int, err error
 		return
 	}
 	switch {
+	case !span.IsRecording():
 	case err != nil:
 		span.SetAttributes(spans.AttrAttempt.Int(d.Attempt), spans.AttrOutcome.String(outcome))
 		span.RecordError(err)
