@@ -27,8 +27,10 @@ const sampledTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 // BenchmarkTracing compares a Bus with tracing off (the default: no provider) with the same
 // work traced, on the same connection and server, alternating as ab does; the ratio is
 // on/off (latency for PublishSync, throughput for the others). "on" is an SDK provider
-// sampling every trace whose batch span processor exports to nowhere. Two more PublishSync
-// variants take the cost apart: "unsampled" is the SDK sampling nothing (the span context
+// sampling every trace whose batch span processor exports to nowhere, "tenth" one sampling a
+// tenth of new traces (parentbased_traceidratio 0.1, as tracing.sampler_ratio: 0.1 makes
+// it). Two more PublishSync variants take the cost apart: "unsampled" is the SDK sampling
+// nothing (the span context
 // is still made and carried, with the sampled flag off), "header" no SDK at all but events
 // carrying a sampled traceparent (what the NATS server does with one: it looks for message
 // tracing in the headers of every message whose traceparent is sampled). The events the
@@ -56,6 +58,11 @@ func BenchmarkTracing(b *testing.B) {
 	b.Run("PublishSync/on", func(b *testing.B) {
 		e := newBenchEnv(b)
 		on := traced(b, e, sdktrace.AlwaysSample())
+		abNamed(b, "off", "on", publishSync(b, e.bus, e.topic(b)), publishSync(b, on, e.topic(b)), true)
+	})
+	b.Run("PublishSync/tenth", func(b *testing.B) {
+		e := newBenchEnv(b)
+		on := traced(b, e, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1)))
 		abNamed(b, "off", "on", publishSync(b, e.bus, e.topic(b)), publishSync(b, on, e.topic(b)), true)
 	})
 	b.Run("PublishSync/unsampled", func(b *testing.B) {
@@ -92,9 +99,9 @@ func BenchmarkTracing(b *testing.B) {
 		}
 		abNamed(b, "off", "on", publish(e.bus, e.topic(b)), publish(on, e.topic(b)), false)
 	})
-	b.Run("ConsumeAck/on", func(b *testing.B) {
+	consumeAck := func(b *testing.B, sampler sdktrace.Sampler) {
 		e := newBenchEnv(b)
-		on := traced(b, e, sdktrace.AlwaysSample())
+		on := traced(b, e, sampler)
 		consume := func(bus *jbjs.Bus) func(int) time.Duration {
 			return func(n int) time.Duration {
 				topic := e.topic(b)
@@ -120,5 +127,7 @@ func BenchmarkTracing(b *testing.B) {
 			}
 		}
 		abNamed(b, "off", "on", consume(e.bus), consume(on), false)
-	})
+	}
+	b.Run("ConsumeAck/on", func(b *testing.B) { consumeAck(b, sdktrace.AlwaysSample()) })
+	b.Run("ConsumeAck/tenth", func(b *testing.B) { consumeAck(b, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))) })
 }
