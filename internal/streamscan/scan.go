@@ -18,25 +18,35 @@ type JetStream interface {
 	OrderedConsumer(ctx context.Context, stream string, cfg natsjs.OrderedConsumerConfig) (natsjs.Consumer, error)
 }
 
-// batch bounds one fetch of a scan.
+// batch and batchBytes bound one fetch of a scan: what a scan holds at once, whatever the
+// size of the messages. A message larger than batchBytes is fetched alone.
 const batch = 500
+
+var batchBytes = 2 << 20 // a variable for the tests
 
 // Scan reads stream with an ordered consumer configured by cfg and calls fn with every
 // message, in order, until fn returns false or the messages the stream held when the scan
-// started are read. It returns ctx's error if ctx ended first.
+// started are read. It returns ctx's error if ctx ended first. It holds one fetch at a time:
+// at most 500 messages and 2 MiB of them (or one larger message).
 func Scan(ctx context.Context, js JetStream, stream string, cfg natsjs.OrderedConsumerConfig, fn func(natsjs.Msg, *natsjs.MsgMetadata) bool) error {
 	c, err := orderedConsumer(ctx, js, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", stream, err)
 	}
 	pending := c.CachedInfo().NumPending
+	alone := false // fetch one message, however large
 	for pending > 0 && ctx.Err() == nil {
-		n, done := 0, false
+		n, done, started := 0, false, time.Time{}
 		// A fetch that fails before delivering anything (no responders while a cluster
 		// elects the consumer's leader) is asked again; the ordered consumer resumes after
 		// the last message it delivered.
 		err := retry.Do(ctx, fetchPolicy, func(context.Context) error {
-			msgs, err := c.Fetch(int(min(pending, batch)), natsjs.FetchMaxWait(5*time.Second))
+			n, started = 0, time.Now()
+			size, opts := 1, []natsjs.FetchOpt{natsjs.FetchMaxWait(5 * time.Second)}
+			if !alone {
+				size, opts = int(min(pending, batch)), append(opts, natsjs.FetchMaxBytes(batchBytes))
+			}
+			msgs, err := c.Fetch(size, opts...)
 			if err != nil {
 				return err
 			}
@@ -63,9 +73,16 @@ func Scan(ctx context.Context, js JetStream, stream string, cfg natsjs.OrderedCo
 		if done {
 			return nil
 		}
+		if n == 0 && !alone && time.Since(started) < time.Second {
+			// Nothing came at once: the next message is larger than batchBytes (the server
+			// answers such a fetch with none). Fetch it alone.
+			alone = true
+			continue
+		}
 		if n == 0 {
 			break
 		}
+		alone = false
 	}
 	return ctx.Err()
 }
