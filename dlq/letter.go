@@ -17,8 +17,11 @@ import (
 
 // Letter is one dead letter.
 type Letter struct {
-	// Seq is the dead letter's sequence in the DLQ stream: its identity for Show.
+	// Seq is the dead letter's sequence in its stream: with Stream, its identity (Position,
+	// Show).
 	Seq uint64
+	// Stream is the stream that holds it: StreamName.
+	Stream string
 	// Topic is the topic the event was consumed from.
 	Topic    string
 	Group    string
@@ -36,6 +39,9 @@ type Letter struct {
 	Header          nats.Header
 	Body            json.RawMessage
 }
+
+// Position is where the letter is stored.
+func (l *Letter) Position() Position { return Position{Stream: l.Stream, Seq: l.Seq} }
 
 // Rejected reports whether the letter is a message refused before it reached its topic
 // (Queue.Reject): it has no original stream.
@@ -122,14 +128,15 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// parseLetter reads a dead letter stored at seq.
-func parseLetter(seq uint64, subject string, h nats.Header, data []byte) (*Letter, error) {
+// parseLetter reads a dead letter stored in stream at seq.
+func parseLetter(stream string, seq uint64, subject string, h nats.Header, data []byte) (*Letter, error) {
 	topic, ok := strings.CutPrefix(subject, SubjectPrefix)
 	if !ok {
 		return nil, fmt.Errorf("dlq: %s is not a dead-letter subject", subject)
 	}
 	l := &Letter{
 		Seq:             seq,
+		Stream:          stream,
 		Topic:           topic,
 		Group:           h.Get(HeaderGroup),
 		Reason:          h.Get(HeaderReason),
@@ -157,6 +164,10 @@ type Filter struct {
 	Key    string
 	// Since and Until bound the time the event was dead-lettered (Until exclusive).
 	Since, Until time.Time
+	// From skips the letters stored before it: a scan starts there. A replay that stopped
+	// early says where to go on from (ReplayReport.Resume). The zero Position starts at the
+	// oldest letter.
+	From Position
 }
 
 func (f *Filter) validate() error {
@@ -173,14 +184,40 @@ func (f *Filter) validate() error {
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return fmt.Errorf("%w: until %s is not after since %s", ErrInvalidFilter, f.Until, f.Since)
 	}
+	if f.From != (Position{}) && storeIndex(f.From.Stream) < 0 {
+		return fmt.Errorf("%w: from: %q is not a stream of the DLQ", ErrInvalidFilter, f.From.Stream)
+	}
 	return nil
 }
 
-func (f *Filter) subject() string {
-	if f.Topic == "" {
-		return SubjectPrefix + ">"
+// Position is where a dead letter is stored: a stream of the DLQ and a sequence in it.
+type Position struct {
+	Stream string
+	Seq    uint64
+}
+
+// String is the position as the bridge's dlq commands print and take it: the sequence alone
+// in StreamName.
+func (p Position) String() string {
+	return strconv.FormatUint(p.Seq, 10)
+}
+
+// ParsePosition reads a Position as String writes it.
+func ParsePosition(s string) (Position, error) {
+	seq, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || seq == 0 {
+		return Position{}, fmt.Errorf("%w: %q is not a position (a sequence number)", ErrInvalidFilter, s)
 	}
-	return SubjectPrefix + f.Topic
+	return Position{Stream: StreamName, Seq: seq}, nil
+}
+
+// subject is the subject filter of the letters f selects in a stream whose subjects start with
+// prefix.
+func (f *Filter) subject(prefix string) string {
+	if f.Topic == "" {
+		return prefix + ">"
+	}
+	return prefix + f.Topic
 }
 
 func (f *Filter) match(l *Letter) bool {

@@ -268,14 +268,6 @@ func (q *Queue) Close() error {
 	return nil
 }
 
-func (q *Queue) stream(ctx context.Context) (natsjs.Stream, error) {
-	s, err := q.js.Stream(ctx, StreamName)
-	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w: %v", ErrDLQUnavailable, err)
-	}
-	return s, err
-}
-
 // unlimitedIfZero is a stream limit as JetStream spells "none": -1.
 func unlimitedIfZero(n int64) int64 {
 	if n == 0 {
