@@ -1,4 +1,4 @@
-//go:build race && !long
+//go:build race
 
 package main
 
