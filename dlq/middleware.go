@@ -164,7 +164,8 @@ func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 }
 
 // store publishes o to the DLQ, waits for the acknowledgement and parks o's key when parking
-// is on.
+// is on. A refused message parks nothing: it never reached a group, and no delivery would
+// ever wait behind it, so a flood of them with invented keys would only fill the bucket.
 func (q *Queue) store(ctx context.Context, o *origin) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
@@ -172,7 +173,7 @@ func (q *Queue) store(ctx context.Context, o *origin) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrDLQUnavailable, retry.Opaque(err))
 	}
-	if q.cfg.Parking && o.key != "" {
+	if q.cfg.Parking && o.key != "" && !o.rejected {
 		if err := q.park(ctx, o.group, o.stream, o.key); err != nil {
 			return 0, fmt.Errorf("dlq: park key %q: %w", o.key, retry.Opaque(err))
 		}

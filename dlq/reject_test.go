@@ -124,3 +124,22 @@ func TestForceReplaysARefusalAnywhere(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.Replayed, "an operator can, on purpose")
 }
+
+// TestRefusalsParkNothing: with parking on, a refused message with a key parks nothing — no
+// delivery waits behind it — so a flood of refusals with invented keys does not fill the
+// parking bucket.
+func TestRefusalsParkNothing(t *testing.T) {
+	e := newEnv(t, dlq.Config{Parking: true})
+	ctx := t.Context()
+	for i := range 20 {
+		_, err := e.q.Reject(ctx, dlq.Rejected{Topic: "orders", Source: "in.orders", By: "ingress", Key: "k" + strconv.Itoa(i),
+			Data: []byte(`{}`), Reason: dlq.ReasonIngress, Err: errors.New("schema")})
+		require.NoError(t, err)
+	}
+	kv, err := e.bus.JetStream().KeyValue(ctx, dlq.ParkBucket)
+	require.NoError(t, err)
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, st.Values(), "nothing parked")
+	assert.Equal(t, 20, e.count(dlq.Filter{}))
+}
