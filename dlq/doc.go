@@ -72,9 +72,12 @@
 // (validated, partitioned by key), with a new event ID derived from the dead letter
 // ("replay:<stream>:<seq>:<group>", so replaying twice stores one event) and caused_by set to
 // the original event's ID. Before republishing, it records in the KV bucket ReplayBucket that
-// this event ID is meant for the group it failed in: the middleware of every other group
-// acknowledges it without calling the handler, so only the group that failed sees it again.
-// The dead letter is removed once the republish is acknowledged.
+// this event ID is meant for the group it failed in, with the topic, key and SHA-256 of the
+// body it publishes: the middleware of every other group acknowledges the event without
+// calling the handler, so only the group that failed sees it again. A delivery with that ID
+// whose topic, key or body differ (someone published another event with the replay's ID) is
+// an ordinary event, delivered to every group, counted in dlq_replay_mismatches_total{topic,
+// group} and logged. The dead letter is removed once the republish is acknowledged.
 //
 // No header decides this. jetbus reserves the header prefixes "x-dlq-" and "x-jetbus-"
 // (jetbus.ReservedHeaderPrefixes): Publish refuses them, and consumers never act on them, so

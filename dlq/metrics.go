@@ -16,6 +16,8 @@ type metrics struct {
 	// advisories counts MAX_DELIVERIES advisories the server did not confirm (forged or
 	// out of date): nothing was moved for them.
 	advisories prometheus.Counter
+	// mismatches counts deliveries that carry a recorded replay's ID but not its content.
+	mismatches *prometheus.CounterVec
 	// dropped counts letters the DLQ stream dropped at its limits (inferred, see
 	// watchLimits).
 	dropped prometheus.Counter
@@ -32,6 +34,9 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		parkedKeys:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "dlq_parked_keys", Help: "Keys parked behind a dead letter, as this process sees them."}),
 		advisories: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_advisories_refused_total",
 			Help: "MAX_DELIVERIES advisories the server did not confirm (forged, or out of date): nothing was moved."}),
+		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_replay_mismatches_total",
+			Help: "Events that carry a replayed event's ID but not the topic, key or body the replay published: delivered to every group as ordinary events."},
+			[]string{"topic", "group"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_dropped_by_limit_total",
 			Help: "Dead letters the DLQ stream dropped at dlq.max_bytes or dlq.max_age (inferred by the sweeper)."}),
 	}
@@ -40,6 +45,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		promreg.Register(r, &m.deadLetters), promreg.Register(r, &m.replayed),
 		promreg.Register(r, &m.discarded), promreg.Register(r, &m.parkedKeys),
 		promreg.Register(r, &m.advisories), promreg.Register(r, &m.dropped),
+		promreg.Register(r, &m.mismatches),
 	); err != nil {
 		return nil, err
 	}
@@ -79,5 +85,11 @@ func (m *metrics) advisoryRefused() {
 func (m *metrics) droppedByLimit(n float64) {
 	if m != nil {
 		m.dropped.Add(n)
+	}
+}
+
+func (m *metrics) replayMismatch(topic, group string) {
+	if m != nil {
+		m.mismatches.WithLabelValues(topic, group).Inc()
 	}
 }

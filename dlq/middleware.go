@@ -24,12 +24,14 @@ const publishTimeout = 10 * time.Second
 // It dead-letters an event when the handler returns jetbus.Permanent, when it fails on its
 // last attempt, when the body is not JSON (without calling the handler), and, with parking,
 // when the event's key is parked in the group. It acknowledges, without calling the handler,
-// a replayed event meant for another group: one that Replay recorded in ReplayBucket (no
-// header decides this, so no publisher can make a group skip an event).
+// a replayed event meant for another group: one that Replay recorded in ReplayBucket, with
+// the topic, key and body it published (no header decides this, and an event that reuses a
+// replay's ID with other content is delivered to every group, so no publisher can make a
+// group skip an event).
 func (q *Queue) Middleware() jetbus.HandlerMiddleware {
 	return func(next jetbus.Handler) jetbus.Handler {
 		return func(ctx context.Context, d *jetbus.Delivery) error {
-			replayFor, err := q.replayedFor(ctx, d.ID)
+			replayFor, err := q.replayedFor(ctx, d)
 			if err != nil {
 				return err // retried: whether it is a replay is unknown
 			}

@@ -25,7 +25,8 @@ const (
 	AdvisorySubjects = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 	ParkBucket       = "jetbus_dlq_parked"
 	// ReplayBucket records which group each replayed event is meant for (key: the event ID
-	// in base64url, value: the group). Only Replay writes it.
+	// in base64url, value: JSON {"group","topic","key","sha256"}: the group, and the topic,
+	// key and SHA-256 of the body Replay published). Only Replay writes it.
 	ReplayBucket = "jetbus_dlq_replays"
 	// ReplayRecordTTL is how long a replay record is kept: a group that reaches a replayed
 	// event later than that handles it (a duplicate, never a loss).
@@ -154,6 +155,8 @@ type Queue struct {
 	metrics *metrics
 	advLog  atomic.Int64 // Unix nanoseconds of the last warning about a refused advisory
 	rejLog  atomic.Int64 // Unix nanoseconds of the last warning about a rejected message
+	// mismatchLog: Unix nanoseconds of the last warning about an event reusing a replay's ID
+	mismatchLog atomic.Int64
 
 	parkKV   natsjs.KeyValue
 	replayKV natsjs.KeyValue

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,27 +120,72 @@ const ingressGroup = "ingress"
 
 func replayKey(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
-// recordReplay notes, before the republish, that the event with this ID is meant for group.
-func (q *Queue) recordReplay(ctx context.Context, id, group string) error {
-	if _, err := q.replayKV.Put(ctx, replayKey(id), []byte(group)); err != nil {
+// replayRecord is what ReplayBucket holds under a replayed event's ID: the group the event is
+// meant for, and what Replay published under that ID. A delivery with the ID is skipped by the
+// other groups only when it is that very event: same topic, same key, same body.
+type replayRecord struct {
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	Key   string `json:"key,omitempty"`
+	// SHA256 is the hex SHA-256 of the body published.
+	SHA256 string `json:"sha256"`
+}
+
+func bodySHA256(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// recordReplay notes, before the republish, that the event with this ID and content is meant
+// for group.
+func (q *Queue) recordReplay(ctx context.Context, id string, rec replayRecord) error {
+	v, _ := json.Marshal(rec)
+	if _, err := q.replayKV.Put(ctx, replayKey(id), v); err != nil {
 		return fmt.Errorf("dlq: record replay %s: %w", id, retry.Opaque(err))
 	}
 	return nil
 }
 
-// replayedFor returns the group a replayed event is meant for, or "" for any other event.
-func (q *Queue) replayedFor(ctx context.Context, id string) (string, error) {
-	if !strings.HasPrefix(id, replayPrefix) {
+// replayedFor returns the group a replayed event is meant for, or "" for any other event. A
+// delivery whose ID has a record but whose topic, key or body differ from what Replay
+// published under it — someone else published with that ID — is an ordinary event: "" (counted
+// in dlq_replay_mismatches_total and logged). So is one whose record this version cannot read
+// (written by a jetbus before fingerprints: a duplicate for the other groups, never a loss).
+func (q *Queue) replayedFor(ctx context.Context, d *jetbus.Delivery) (string, error) {
+	if !strings.HasPrefix(d.ID, replayPrefix) {
 		return "", nil
 	}
-	e, err := q.replayKV.Get(ctx, replayKey(id))
+	e, err := q.replayKV.Get(ctx, replayKey(d.ID))
 	if errors.Is(err, natsjs.ErrKeyNotFound) {
 		return "", nil // an ID that looks like a replay but is none: an ordinary event
 	}
 	if err != nil {
-		return "", fmt.Errorf("dlq: look up replay %s: %w", id, retry.Opaque(err))
+		return "", fmt.Errorf("dlq: look up replay %s: %w", d.ID, retry.Opaque(err))
 	}
-	return string(e.Value()), nil
+	var rec replayRecord
+	why := ""
+	switch {
+	case json.Unmarshal(e.Value(), &rec) != nil || rec.Group == "" || rec.SHA256 == "":
+		why = "the replay record has no fingerprint"
+	case rec.Topic != d.Topic:
+		why = "another topic"
+	case rec.Key != d.Key:
+		why = "another key"
+	case rec.SHA256 != bodySHA256(d.Msg.Data):
+		why = "another body"
+	default:
+		return rec.Group, nil
+	}
+	if d.Attempt <= 1 {
+		q.metrics.replayMismatch(d.Topic, d.Group)
+		level := slog.LevelDebug
+		if now, last := time.Now().UnixNano(), q.mismatchLog.Load(); now-last >= int64(10*time.Second) && q.mismatchLog.CompareAndSwap(last, now) {
+			level = slog.LevelWarn
+		}
+		q.log.Log(ctx, level, "dlq: an event carries a replay's ID but is not what the replay published: delivered as an ordinary event",
+			"why", why, "id", d.ID, "topic", d.Topic, "group", d.Group, "stream", d.Msg.Stream, "seq", d.Msg.Seq)
+	}
+	return "", nil
 }
 
 // Replay republishes the dead letters matching opts.Filter, oldest first, through pub, and
@@ -417,7 +464,8 @@ func (q *Queue) replayOne(ctx context.Context, pub Publisher, s natsjs.Stream, l
 	}
 	opts = append(opts, jetbus.WithHeaders(headers))
 	if !l.Rejected() { // a rejected message never reached its topic: every group gets it
-		if err := q.recordReplay(ctx, ReplayID(l), l.Group); err != nil {
+		rec := replayRecord{Group: l.Group, Topic: l.Topic, Key: l.Key, SHA256: bodySHA256(body)}
+		if err := q.recordReplay(ctx, ReplayID(l), rec); err != nil {
 			return nil, err
 		}
 	}
