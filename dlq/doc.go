@@ -19,9 +19,14 @@
 // the event to its view; Queue.DeadLetter).
 //
 // Messages refused before they reached a topic — by ingress ("ingress") or a changefeed
-// ("changefeed") — are kept too (Queue.Reject): on dlq.<topic> (dlq._unrouted without a valid
-// topic), with the component as the group, the source subject as x-dlq-original-subject and
-// no original stream. Replaying one publishes it to its topic for every group; one that
+// ("changefeed") — are kept too (Queue.Reject), with the component as the group, the source
+// subject as x-dlq-original-subject and no original stream. A changefeed's go to dlq.<topic>
+// (dlq._unrouted without a valid topic). Ingress's — refused client traffic, a flood of it
+// maybe — go to a stream of their own, DLQ_REJECTS, on dlq_rejects.<topic>
+// (dlq_rejects._unrouted), bounded apart (Config.Rejects: 256 MiB and 7 days in the
+// processes): a flood of refusals ages out older refusals, never a handler's dead letter.
+// Inspection, replay and discard read both streams, the DLQ's first; a refusal's position
+// prints as rejects:<seq>. Replaying one publishes it to its topic for every group; one that
 // ingress refused is replayed only to a topic open to ingress at replay time
 // (ReplayOptions.IngressTopics; `bridge dlq replay` passes ingress.allow), unless
 // ReplayOptions.Force: ingress's allow list is what let a client publish there at all.

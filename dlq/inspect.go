@@ -17,7 +17,7 @@ type store struct {
 	stream, prefix string
 }
 
-var stores = []store{{StreamName, SubjectPrefix}}
+var stores = []store{{StreamName, SubjectPrefix}, {RejectsStreamName, RejectsSubjectPrefix}}
 
 // storeIndex is the place of stream in stores, or -1.
 func storeIndex(stream string) int {

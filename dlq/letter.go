@@ -20,7 +20,8 @@ type Letter struct {
 	// Seq is the dead letter's sequence in its stream: with Stream, its identity (Position,
 	// Show).
 	Seq uint64
-	// Stream is the stream that holds it: StreamName.
+	// Stream is the stream that holds it: StreamName, or RejectsStreamName for a message
+	// ingress refused.
 	Stream string
 	// Topic is the topic the event was consumed from.
 	Topic    string
@@ -38,6 +39,23 @@ type Letter struct {
 	Key             string
 	Header          nats.Header
 	Body            json.RawMessage
+}
+
+// MarshalJSON writes the letter with its body as JSON when the body is JSON, and otherwise
+// (a body that was not JSON: reason "decode", or a refusal) as the string BodyText, so that
+// every letter can be printed (`bridge dlq show`, `dlq list --json`).
+func (l *Letter) MarshalJSON() ([]byte, error) {
+	type plain Letter
+	out := struct {
+		*plain
+		Body     json.RawMessage `json:"Body"`
+		BodyText *string         `json:"BodyText,omitempty"`
+	}{plain: (*plain)(l), Body: l.Body}
+	if !json.Valid(l.Body) {
+		text := string(l.Body)
+		out.Body, out.BodyText = nil, &text
+	}
+	return json.Marshal(out)
 }
 
 // Position is where the letter is stored.
@@ -60,6 +78,8 @@ type origin struct {
 	reason, errMsg string
 	// rejected: the message never reached a stream (Queue.Reject).
 	rejected bool
+	// refusal: a message ingress refused, kept in RejectsStreamName.
+	refusal  bool
 	unlisted bool // a rejected message of a topic its rejecter does not serve
 }
 
@@ -72,13 +92,18 @@ func (o *origin) msgID() string {
 	return "dlq:" + o.stream + ":" + strconv.FormatUint(o.seq, 10) + ":" + o.group
 }
 
-// subject is the dead letter's subject: dlq.<topic>, or UnroutedSubject for a rejected
-// message without a valid topic.
+// dlqSubject is the dead letter's subject: dlq.<topic>, or UnroutedSubject for a rejected
+// message without a valid topic; dlq_rejects.<topic> and RejectsUnroutedSubject for ingress's
+// refusals.
 func (o *origin) dlqSubject() string {
-	if o.rejected && jetbus.ValidateTopic(o.topic) != nil {
-		return UnroutedSubject
+	prefix := SubjectPrefix
+	if o.refusal {
+		prefix = RejectsSubjectPrefix
 	}
-	return SubjectPrefix + o.topic
+	if o.rejected && jetbus.ValidateTopic(o.topic) != nil {
+		return prefix + unrouted
+	}
+	return prefix + o.topic
 }
 
 // rejectedID is a fresh ID for a rejected message that came without one.
@@ -130,7 +155,11 @@ func truncate(s string, n int) string {
 
 // parseLetter reads a dead letter stored in stream at seq.
 func parseLetter(stream string, seq uint64, subject string, h nats.Header, data []byte) (*Letter, error) {
-	topic, ok := strings.CutPrefix(subject, SubjectPrefix)
+	prefix := SubjectPrefix
+	if stream == RejectsStreamName {
+		prefix = RejectsSubjectPrefix
+	}
+	topic, ok := strings.CutPrefix(subject, prefix)
 	if !ok {
 		return nil, fmt.Errorf("dlq: %s is not a dead-letter subject", subject)
 	}
@@ -196,19 +225,29 @@ type Position struct {
 	Seq    uint64
 }
 
+// rejectsTag marks a position in RejectsStreamName.
+const rejectsTag = "rejects:"
+
 // String is the position as the bridge's dlq commands print and take it: the sequence alone
-// in StreamName.
+// in StreamName, "rejects:<seq>" in RejectsStreamName.
 func (p Position) String() string {
+	if p.Stream == RejectsStreamName {
+		return rejectsTag + strconv.FormatUint(p.Seq, 10)
+	}
 	return strconv.FormatUint(p.Seq, 10)
 }
 
 // ParsePosition reads a Position as String writes it.
 func ParsePosition(s string) (Position, error) {
+	stream := StreamName
+	if rest, ok := strings.CutPrefix(s, rejectsTag); ok {
+		stream, s = RejectsStreamName, rest
+	}
 	seq, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || seq == 0 {
-		return Position{}, fmt.Errorf("%w: %q is not a position (a sequence number)", ErrInvalidFilter, s)
+		return Position{}, fmt.Errorf("%w: %q is not a position (a sequence number, or rejects:<seq>)", ErrInvalidFilter, s)
 	}
-	return Position{Stream: StreamName, Seq: seq}, nil
+	return Position{Stream: stream, Seq: seq}, nil
 }
 
 // subject is the subject filter of the letters f selects in a stream whose subjects start with

@@ -20,7 +20,7 @@ type metrics struct {
 	mismatches *prometheus.CounterVec
 	// dropped counts letters the DLQ stream dropped at its limits (inferred, see
 	// watchLimits).
-	dropped prometheus.Counter
+	dropped *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -37,8 +37,9 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_replay_mismatches_total",
 			Help: "Events that carry a replayed event's ID but not the topic, key or body the replay published: delivered to every group as ordinary events."},
 			[]string{"topic", "group"}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_dropped_by_limit_total",
-			Help: "Dead letters the DLQ stream dropped at dlq.max_bytes or dlq.max_age (inferred by the sweeper)."}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_dropped_by_limit_total",
+			Help: "Dead letters a DLQ stream dropped at its limits: DLQ at dlq.max_bytes or dlq.max_age, DLQ_REJECTS at dlq.rejects.max_bytes or dlq.rejects.max_age (inferred by the sweeper)."},
+			[]string{"stream"}),
 	}
 	// Several DLQs in one process share the families.
 	if err := errors.Join(
@@ -82,9 +83,9 @@ func (m *metrics) advisoryRefused() {
 	}
 }
 
-func (m *metrics) droppedByLimit(n float64) {
+func (m *metrics) droppedByLimit(stream string, n float64) {
 	if m != nil {
-		m.dropped.Add(n)
+		m.dropped.WithLabelValues(stream).Add(n)
 	}
 }
 

@@ -133,12 +133,19 @@ type Rejected struct {
 // OtherTopic is the topic label of the dead letters of Rejected.Unlisted topics.
 const OtherTopic = "_other"
 
-// UnroutedSubject holds the dead letters of rejected messages without a valid topic.
-const UnroutedSubject = SubjectPrefix + "_unrouted"
+// UnroutedSubject holds the dead letters of rejected messages without a valid topic;
+// RejectsUnroutedSubject those ingress refused.
+const (
+	unrouted               = "_unrouted"
+	UnroutedSubject        = SubjectPrefix + unrouted
+	RejectsUnroutedSubject = RejectsSubjectPrefix + unrouted
+)
 
 // Reject stores a refused message in the DLQ and returns the dead letter's sequence once the
-// DLQ acknowledged it. Replaying it publishes it to its topic for every group: it never
-// reached the topic, so no group has seen it.
+// DLQ acknowledged it. A message ingress refused (ReasonIngress) goes to RejectsStreamName,
+// within its own bounds (Config.Rejects); others (a changefeed's) to StreamName. Replaying it
+// publishes it to its topic for every group: it never reached the topic, so no group has seen
+// it.
 func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 	id := r.ID
 	if id == "" {
@@ -160,6 +167,7 @@ func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 		reason:   r.Reason,
 		errMsg:   errMsg,
 		rejected: true,
+		refusal:  r.Reason == ReasonIngress,
 		unlisted: r.Unlisted,
 	}
 	return q.store(ctx, o)

@@ -18,9 +18,15 @@ import (
 
 // Names on the wire.
 const (
-	StreamName         = "DLQ"
-	SubjectPrefix      = "dlq."
-	AdvisoryStreamName = "DLQ_ADVISORIES"
+	StreamName    = "DLQ"
+	SubjectPrefix = "dlq."
+	// RejectsStreamName holds the messages ingress refused (reason ReasonIngress), on
+	// subjects RejectsSubjectPrefix+"<topic>", with bounds of their own (Config.Rejects): a
+	// flood of refusals ages out refusals, never the handlers' dead letters in StreamName.
+	// (A topic's subjects cannot start with it: topic names have no "_".)
+	RejectsStreamName    = "DLQ_REJECTS"
+	RejectsSubjectPrefix = "dlq_rejects."
+	AdvisoryStreamName   = "DLQ_ADVISORIES"
 	// AdvisorySubjects are the JetStream advisories the safety net captures.
 	AdvisorySubjects = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 	ParkBucket       = "jetbus_dlq_parked"
@@ -65,16 +71,19 @@ const (
 	ReasonChangefeed = "changefeed"
 )
 
-// Defaults of Config, and of the sweeper's interval (RunSweeper). DefaultMaxAge and
-// DefaultMaxBytes are the processes' (the configuration's dlq.max_age and dlq.max_bytes), so
-// that refused traffic cannot fill a disk; a Config's zero values keep letters for ever,
-// unbounded, as a program of its own may choose.
+// Defaults of Config, and of the sweeper's interval (RunSweeper). DefaultMaxAge,
+// DefaultMaxBytes and the DefaultRejects… ones are the processes' (the configuration's
+// dlq.max_age, dlq.max_bytes, dlq.rejects.max_age and dlq.rejects.max_bytes), so that refused
+// traffic cannot fill a disk; a Config's zero values keep letters for ever, unbounded, as a
+// program of its own may choose.
 const (
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 24 * time.Hour
 	DefaultSweepInterval   = time.Second
 	DefaultMaxAge          = 30 * 24 * time.Hour
 	DefaultMaxBytes        = 1 << 30
+	DefaultRejectsMaxAge   = 7 * 24 * time.Hour
+	DefaultRejectsMaxBytes = 256 << 20
 )
 
 // Config configures a Queue. The zero value of every field is a usable default.
@@ -90,6 +99,8 @@ type Config struct {
 	// DuplicateWindow is how long a moved delivery is remembered (0: 24h, or MaxAge when
 	// that is shorter).
 	DuplicateWindow time.Duration
+	// Rejects bounds the stream of the messages ingress refused (RejectsStreamName).
+	Rejects RejectsConfig
 	// Parking turns per-key parking on.
 	Parking bool
 	// Attach uses the DLQ's streams and buckets as they are when they exist, and creates the
@@ -98,6 +109,16 @@ type Config struct {
 	// configuration) leaves it off; tools and programs that only dead-letter or read beside
 	// it set it, so that they cannot change the DLQ's replicas or retention.
 	Attach bool
+}
+
+// RejectsConfig bounds the stream of ingress's refusals, apart from the DLQ's: refused client
+// traffic, a flood of it included, is kept within these, and ages out no handler's dead letter.
+type RejectsConfig struct {
+	// MaxAge bounds how long refusals are kept (0: forever).
+	MaxAge time.Duration
+	// MaxBytes bounds the stream's size; past it the oldest refusals are dropped (0:
+	// unbounded), reported like the DLQ's (dlq_dropped_by_limit_total{stream="DLQ_REJECTS"}).
+	MaxBytes int64
 }
 
 // Validate reports whether c is usable. Its errors wrap ErrInvalidConfig and name the field.
@@ -111,6 +132,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxBytes must not be negative, got %d", ErrInvalidConfig, c.MaxBytes)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("%w: DuplicateWindow must not be negative, got %s", ErrInvalidConfig, c.DuplicateWindow)
+	case c.Rejects.MaxAge < 0:
+		return fmt.Errorf("%w: Rejects.MaxAge must not be negative, got %s", ErrInvalidConfig, c.Rejects.MaxAge)
+	case c.Rejects.MaxBytes < 0:
+		return fmt.Errorf("%w: Rejects.MaxBytes must not be negative, got %d", ErrInvalidConfig, c.Rejects.MaxBytes)
 	}
 	return nil
 }
@@ -212,8 +237,8 @@ func Open(ctx context.Context, js JetStream, cfg Config, opts ...Option) (*Queue
 	return q, nil
 }
 
-// Ensure creates or updates the DLQ stream. Open calls it; call it again to bring back a DLQ
-// stream that was deleted.
+// Ensure creates or updates the DLQ's streams (the DLQ, the refusals' and the advisories').
+// Open calls it; call it again to bring back a stream that was deleted.
 func (q *Queue) Ensure(ctx context.Context) error {
 	err := q.ensureStream(ctx, natsjs.StreamConfig{
 		Name:        StreamName,
@@ -229,6 +254,25 @@ func (q *Queue) Ensure(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("dlq: stream %s: %w", StreamName, retry.Opaque(err))
+	}
+	dup := q.cfg.DuplicateWindow
+	if q.cfg.Rejects.MaxAge > 0 {
+		dup = min(dup, q.cfg.Rejects.MaxAge)
+	}
+	err = q.ensureStream(ctx, natsjs.StreamConfig{
+		Name:        RejectsStreamName,
+		Description: "jetbus: messages ingress refused",
+		Subjects:    []string{RejectsSubjectPrefix + ">"},
+		Retention:   natsjs.LimitsPolicy,
+		MaxAge:      q.cfg.Rejects.MaxAge,
+		MaxBytes:    unlimitedIfZero(q.cfg.Rejects.MaxBytes),
+		Discard:     natsjs.DiscardOld,
+		Replicas:    q.cfg.Replicas,
+		Duplicates:  dup,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return fmt.Errorf("dlq: stream %s: %w", RejectsStreamName, retry.Opaque(err))
 	}
 	return q.ensureAdvisories(ctx)
 }

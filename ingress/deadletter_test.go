@@ -38,13 +38,13 @@ func TestFireAndForgetGarbage(t *testing.T) {
 		code    string
 		dlqSubj string
 	}{
-		{"not JSON", "in.orders", `{"n":`, nil, "", "not_json", "dlq.orders"},
-		{"schema-invalid", "in.orders", `{"m":1}`, nil, "", "schema", "dlq.orders"},
-		{"bad topic", "in.Orders.X", `{"n":1}`, nil, "", "bad_topic", dlq.UnroutedSubject},
-		{"not allowed", "in.refunds", `{"n":1}`, nil, "", "not_allowed", "dlq.refunds"},
-		{"oversize", "in.orders", `{"n":1,"pad":"` + strings.Repeat("x", 3000) + `"}`, nil, "", "too_large", "dlq.orders"},
-		{"reserved header", "in.orders", `{"n":1}`, nats.Header{"x-dlq-reason": {"x"}, jetbus.HeaderMsgID: {"g-1"}}, "", "reserved_header", "dlq.orders"},
-		{"reply not an inbox", "in.orders", `{"n":2}`, nats.Header{jetbus.HeaderMsgID: {"g-2"}}, "orders.p0", "not_allowed", "dlq.orders"},
+		{"not JSON", "in.orders", `{"n":`, nil, "", "not_json", "dlq_rejects.orders"},
+		{"schema-invalid", "in.orders", `{"m":1}`, nil, "", "schema", "dlq_rejects.orders"},
+		{"bad topic", "in.Orders.X", `{"n":1}`, nil, "", "bad_topic", dlq.RejectsUnroutedSubject},
+		{"not allowed", "in.refunds", `{"n":1}`, nil, "", "not_allowed", "dlq_rejects.refunds"},
+		{"oversize", "in.orders", `{"n":1,"pad":"` + strings.Repeat("x", 3000) + `"}`, nil, "", "too_large", "dlq_rejects.orders"},
+		{"reserved header", "in.orders", `{"n":1}`, nats.Header{"x-dlq-reason": {"x"}, jetbus.HeaderMsgID: {"g-1"}}, "", "reserved_header", "dlq_rejects.orders"},
+		{"reply not an inbox", "in.orders", `{"n":2}`, nats.Header{jetbus.HeaderMsgID: {"g-2"}}, "orders.p0", "not_allowed", "dlq_rejects.orders"},
 	}
 	const valid = 60
 	n := 0
@@ -149,10 +149,10 @@ func keys(m map[string]*dlq.Letter) []string {
 	return out
 }
 
-// dlqSubject returns the subject the DLQ stream holds the letter on.
+// dlqSubject returns the subject the letter's stream holds it on.
 func dlqSubject(t *testing.T, e *env, l *dlq.Letter) string {
 	t.Helper()
-	s, err := e.js.Stream(context.Background(), dlq.StreamName)
+	s, err := e.js.Stream(context.Background(), l.Stream)
 	require.NoError(t, err)
 	m, err := s.GetMsg(context.Background(), l.Seq)
 	require.NoError(t, err)

@@ -50,7 +50,7 @@ func newDLQCmd(cmd *cobra.Command, filters, limit, bounded bool) *dlqCmd {
 		d.reason = cli.EnumFlag(cmd, "reason", "", "only this reason", reasons...)
 		fs.Var(&d.since, "since", "dead-lettered at or after this time (RFC 3339, or a duration ago: 2h, 7d)")
 		fs.Var(&d.until, "until", "dead-lettered before this time (RFC 3339, or a duration ago)")
-		fs.Var(&d.from, "from-seq", "start at this DLQ sequence, skipping older letters (what an interrupted replay printed, to go on)")
+		fs.Var(&d.from, "from-seq", "start at this position, skipping older letters: a DLQ sequence, or rejects:<seq> for ingress's refusals, read after the DLQ (what an interrupted replay printed, to go on)")
 	}
 	if limit {
 		d.limit = fs.Int("limit", 0, "at most this many (0: all)")
@@ -84,7 +84,7 @@ func (f *positionFlag) Type() string { return "seq" }
 func (f *positionFlag) Set(s string) error {
 	p, err := dlq.ParsePosition(s)
 	if err != nil {
-		return errors.New("want a DLQ sequence number, as dlq list or an interrupted replay prints it")
+		return errors.New("want a DLQ sequence number or rejects:<seq>, as dlq list or an interrupted replay prints it")
 	}
 	f.p = p
 	return nil
@@ -136,7 +136,7 @@ func (d *dlqCmd) runE(fn func(ctx context.Context, cmd *cobra.Command, f dlq.Fil
 func dlqCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "dlq", Short: "Inspect, replay and discard dead letters; sweep: the safety net"}
 
-	list := &cobra.Command{Use: "list", Short: "List dead letters, oldest first (times in RFC 3339), as they are read"}
+	list := &cobra.Command{Use: "list", Short: "List dead letters, oldest first (times in RFC 3339), as they are read: the DLQ's, then ingress's refusals (SEQ rejects:<seq>)"}
 	ld := newDLQCmd(list, true, true, true)
 	asJSON := list.Flags().Bool("json", false, "print one JSON object per line instead of a table")
 	list.RunE = ld.runE(func(ctx context.Context, cmd *cobra.Command, f dlq.Filter, _ []string) error {
@@ -179,7 +179,7 @@ func dlqCommand() *cobra.Command {
 		return err
 	})
 
-	show := &cobra.Command{Use: "show SEQ", Short: "Show one dead letter as JSON", Args: cli.ExactArgs("SEQ")}
+	show := &cobra.Command{Use: "show SEQ", Short: "Show one dead letter as JSON (SEQ as dlq list prints it: rejects:<seq> for ingress's refusals)", Args: cli.ExactArgs("SEQ")}
 	sd := newDLQCmd(show, false, false, true)
 	show.RunE = func(cmd *cobra.Command, args []string) error {
 		pos, err := dlq.ParsePosition(args[0])

@@ -71,6 +71,8 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"dlq.max_age":                   {dc.MaxAge, dlq.DefaultMaxAge},
 		"dlq.max_bytes":                 {dc.MaxBytes, dlq.DefaultMaxBytes},
 		"dlq.sweep_interval":            {cfg.DLQ.SweepInterval, dlq.DefaultSweepInterval},
+		"dlq.rejects.max_age":           {dc.Rejects.MaxAge, dlq.DefaultRejectsMaxAge},
+		"dlq.rejects.max_bytes":         {dc.Rejects.MaxBytes, dlq.DefaultRejectsMaxBytes},
 		"ingress.max_message_size":      {ic.MaxMessageSize, ingress.DefaultMaxMessageSize},
 		"ingress.max_in_flight":         {ic.MaxInFlight, ingress.DefaultMaxInFlight},
 		"ingress.max_pending":           {ic.PendingMsgs, ingress.DefaultPendingMsgs},
