@@ -39,7 +39,15 @@ type Letter struct {
 	Key             string
 	Header          nats.Header
 	Body            json.RawMessage
+	// BodySize and BodySHA256 are set when Body is only the first bytes of the message (a
+	// refusal cut to Config.Rejects.MaxBody): the whole body's size and its SHA-256 (hex).
+	BodySize   int    `json:",omitempty"`
+	BodySHA256 string `json:",omitempty"`
 }
+
+// Truncated reports whether Body is only the first bytes of the message's body: such a
+// letter cannot be replayed.
+func (l *Letter) Truncated() bool { return l.BodySHA256 != "" }
 
 // MarshalJSON writes the letter with its body as JSON when the body is JSON, and otherwise
 // (a body that was not JSON: reason "decode", or a refusal) as the string BodyText, so that
@@ -79,8 +87,11 @@ type origin struct {
 	// rejected: the message never reached a stream (Queue.Reject).
 	rejected bool
 	// refusal: a message ingress refused, kept in RejectsStreamName.
-	refusal  bool
-	unlisted bool // a rejected message of a topic its rejecter does not serve
+	refusal bool
+	// bodySize and bodySHA256 describe the whole body of a refusal whose data was cut.
+	bodySize   int
+	bodySHA256 string
+	unlisted   bool // a rejected message of a topic its rejecter does not serve
 }
 
 // msgID is the dead letter's Nats-Msg-Id: the same delivery moved twice is stored once, and
@@ -134,6 +145,13 @@ func (o *origin) msg(now time.Time) *nats.Msg {
 	if o.key != "" {
 		h.Set(jetbus.HeaderKey, o.key)
 	}
+	if o.bodySHA256 != "" {
+		h.Set(HeaderBodySize, strconv.Itoa(o.bodySize))
+		h.Set(HeaderBodySHA256, o.bodySHA256)
+	} else {
+		h.Del(HeaderBodySize) // a client's header of these names is not the DLQ's word
+		h.Del(HeaderBodySHA256)
+	}
 	return &nats.Msg{Subject: o.dlqSubject(), Header: h, Data: o.data}
 }
 
@@ -178,6 +196,10 @@ func parseLetter(stream string, seq uint64, subject string, h nats.Header, data 
 		Body:            json.RawMessage(data),
 	}
 	l.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
+	if sum := h.Get(HeaderBodySHA256); sum != "" {
+		l.BodySHA256 = sum
+		l.BodySize, _ = strconv.Atoi(h.Get(HeaderBodySize))
+	}
 	l.OriginalSeq, _ = strconv.ParseUint(h.Get(HeaderOriginalSeq), 10, 64)
 	if ms, err := strconv.ParseInt(h.Get(HeaderTS), 10, 64); err == nil {
 		l.TS = time.UnixMilli(ms)

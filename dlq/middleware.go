@@ -143,7 +143,8 @@ const (
 
 // Reject stores a refused message in the DLQ and returns the dead letter's sequence once the
 // DLQ acknowledged it. A message ingress refused (ReasonIngress) goes to RejectsStreamName,
-// within its own bounds (Config.Rejects); others (a changefeed's) to StreamName. Replaying it
+// within its own bounds (Config.Rejects), its body cut to Config.Rejects.MaxBody (with the
+// whole body's size and SHA-256); others (a changefeed's) to StreamName, whole. Replaying it
 // publishes it to its topic for every group: it never reached the topic, so no group has seen
 // it.
 func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
@@ -169,6 +170,10 @@ func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 		rejected: true,
 		refusal:  r.Reason == ReasonIngress,
 		unlisted: r.Unlisted,
+	}
+	if max := q.cfg.Rejects.MaxBody; o.refusal && max > 0 && len(o.data) > max {
+		o.bodySize, o.bodySHA256 = len(o.data), bodySHA256(o.data)
+		o.data = o.data[:max]
 	}
 	return q.store(ctx, o)
 }

@@ -50,6 +50,10 @@ const (
 	HeaderOriginalSeq     = "x-dlq-original-seq"
 	HeaderOriginalID      = "x-dlq-original-id"
 	HeaderTS              = "x-dlq-ts"
+	// HeaderBodySize and HeaderBodySHA256 are set on a refusal whose body was cut to
+	// Config.Rejects.MaxBody: the whole body's size in bytes (decimal) and its SHA-256 (hex).
+	HeaderBodySize   = "x-dlq-body-size"
+	HeaderBodySHA256 = "x-dlq-body-sha256"
 )
 
 // Reasons.
@@ -84,6 +88,7 @@ const (
 	DefaultMaxBytes        = 1 << 30
 	DefaultRejectsMaxAge   = 7 * 24 * time.Hour
 	DefaultRejectsMaxBytes = 256 << 20
+	DefaultRejectsMaxBody  = 64 << 10
 )
 
 // Config configures a Queue. The zero value of every field is a usable default.
@@ -119,6 +124,10 @@ type RejectsConfig struct {
 	// MaxBytes bounds the stream's size; past it the oldest refusals are dropped (0:
 	// unbounded), reported like the DLQ's (dlq_dropped_by_limit_total{stream="DLQ_REJECTS"}).
 	MaxBytes int64
+	// MaxBody bounds the body kept of each refusal (0: whole). A longer one keeps its first
+	// MaxBody bytes, with its size and SHA-256 (HeaderBodySize, HeaderBodySHA256); such a
+	// letter cannot be replayed.
+	MaxBody int
 }
 
 // Validate reports whether c is usable. Its errors wrap ErrInvalidConfig and name the field.
@@ -136,6 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Rejects.MaxAge must not be negative, got %s", ErrInvalidConfig, c.Rejects.MaxAge)
 	case c.Rejects.MaxBytes < 0:
 		return fmt.Errorf("%w: Rejects.MaxBytes must not be negative, got %d", ErrInvalidConfig, c.Rejects.MaxBytes)
+	case c.Rejects.MaxBody < 0:
+		return fmt.Errorf("%w: Rejects.MaxBody must not be negative, got %d", ErrInvalidConfig, c.Rejects.MaxBody)
 	}
 	return nil
 }
@@ -300,6 +311,10 @@ func (q *Queue) ensureBucket(ctx context.Context, cfg natsjs.KeyValueConfig) (na
 	}
 	return q.js.CreateOrUpdateKeyValue(ctx, cfg)
 }
+
+// MaxRejectBody is Config.Rejects.MaxBody: the body kept of a message ingress refused (0:
+// whole). Ingress leaves such bodies whole for Reject to cut, hash and measure.
+func (q *Queue) MaxRejectBody() int { return q.cfg.Rejects.MaxBody }
 
 // Close stops the Queue's watchers.
 func (q *Queue) Close() error {

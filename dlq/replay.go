@@ -396,6 +396,8 @@ func (r *replayer) one(ctx context.Context, l *Letter) result {
 	switch {
 	case l.Key != "" && blocked:
 		err = fmt.Errorf("an earlier letter of key %q in group %s did not replay", l.Key, l.Group)
+	case l.Truncated():
+		err = fmt.Errorf("%w: only the first %d of its %d bytes were kept when ingress refused it (dlq.rejects.max_body; the whole body's SHA-256 is %s): it cannot be replayed, --force or not", ErrNotReplayable, len(l.Body), l.BodySize, l.BodySHA256)
 	case l.Rejected() && l.Group == ingressGroup && !r.opts.Force && !slices.Contains(r.opts.IngressTopics, l.Topic):
 		err = fmt.Errorf("%w: ingress refused it and topic %q is not open to ingress (ingress.allow); --force replays it anyway, bypassing ingress's allow list", ErrNotReplayable, l.Topic)
 	default:

@@ -1,9 +1,13 @@
 package ingress_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +161,60 @@ func dlqSubject(t *testing.T, e *env, l *dlq.Letter) string {
 	m, err := s.GetMsg(context.Background(), l.Seq)
 	require.NoError(t, err)
 	return m.Subject
+}
+
+// TestLargeRefusalKeptTruncated: a raw client's 512 KiB message that ingress refuses is kept
+// with the first dlq.rejects.max_body bytes of its body, the whole body's size and SHA-256,
+// the reason and the client's headers; it cannot be replayed, even forced. A client's own
+// x-dlq-body-* headers say nothing.
+func TestLargeRefusalKeptTruncated(t *testing.T) {
+	e := newEnv(t, jbjs.TopicConfig{Name: "orders"})
+	const maxBody = 64 << 10
+	q, err := dlq.Open(context.Background(), e.js, dlq.Config{Rejects: dlq.RejectsConfig{MaxBody: maxBody}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	e.q = q
+	e.run(ingress.Config{Allow: []string{"orders"}})
+	nc := client(t, e.url)
+	body := append([]byte(`{"n":`), bytes.Repeat([]byte("7"), 512<<10-5)...) // not JSON: never closed
+	m := nats.NewMsg("in.orders")
+	m.Data = body
+	m.Header.Set(jetbus.HeaderMsgID, "big-1")
+	m.Header.Set("x-note", "kept")
+	require.NoError(t, nc.PublishMsg(m))
+	small := nats.NewMsg("in.orders")
+	small.Data = []byte(`{"n":`)
+	small.Header.Set(jetbus.HeaderMsgID, "small-1")
+	small.Header.Set(dlq.HeaderBodySHA256, "forged")
+	small.Header.Set(dlq.HeaderBodySize, "1")
+	require.NoError(t, nc.PublishMsg(small))
+	require.Eventually(t, func() bool { return e.dlqCount() == 2 }, wait, 10*time.Millisecond)
+
+	byID := map[string]*dlq.Letter{}
+	for _, l := range e.letters(dlq.Filter{}) {
+		byID[l.OriginalID] = l
+	}
+	l := byID["big-1"]
+	require.NotNil(t, l)
+	sum := sha256.Sum256(body)
+	assert.True(t, l.Truncated())
+	assert.Equal(t, dlq.RejectsStreamName, l.Stream)
+	assert.Equal(t, body[:maxBody], []byte(l.Body), "the first max_body bytes")
+	assert.Equal(t, len(body), l.BodySize)
+	assert.Equal(t, hex.EncodeToString(sum[:]), l.BodySHA256)
+	assert.Equal(t, strconv.Itoa(len(body)), l.Header.Get(dlq.HeaderBodySize), "on the wire")
+	assert.Equal(t, hex.EncodeToString(sum[:]), l.Header.Get(dlq.HeaderBodySHA256))
+	assert.True(t, strings.HasPrefix(l.Error, "not_json: "), l.Error)
+	assert.Equal(t, "kept", l.Header.Get("x-note"))
+	assert.False(t, byID["small-1"].Truncated(), "a client's x-dlq-body-* headers are not the DLQ's")
+	assert.Empty(t, byID["small-1"].Header.Get(dlq.HeaderBodySHA256))
+
+	rep, err := e.q.Replay(context.Background(), e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}, Force: true,
+		Transform: func(*dlq.Letter) (json.RawMessage, error) { return json.RawMessage(`{"n":1}`), nil }})
+	require.NoError(t, err)
+	require.Contains(t, rep.Failed, l.Position())
+	assert.ErrorIs(t, rep.Failed[l.Position()], dlq.ErrNotReplayable)
+	assert.ErrorContains(t, rep.Failed[l.Position()], "only the first 65536 of its 524288 bytes were kept")
+	assert.Equal(t, 1, rep.Replayed, "the small one, forced and fixed, is replayed")
+	assert.Equal(t, uint64(1), e.dlqCount(), "the truncated one stays")
 }

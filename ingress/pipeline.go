@@ -149,10 +149,15 @@ func (g *Ingress) deadLetter(it *item) {
 // 1 KiB).
 const dlqOverhead = 2048
 
+// bodyCutter is a DeadLetters that cuts the bodies of refusals itself, keeping the whole
+// body's size and hash (*dlq.Queue with dlq.rejects.max_body).
+type bodyCutter interface{ MaxRejectBody() int }
+
 // fit trims a dead letter that would not fit the server's max payload (a message near the
 // limit, plus the DLQ's headers) or JetStream's limit on headers: it drops the client's
 // headers when they alone are too large, keeps the first bytes of a body that does not fit,
-// and says so in the error.
+// and says so in the error. A body the DLQ cuts to fit itself is left whole, so that the DLQ
+// records the whole body's size and hash.
 func (g *Ingress) fit(r dlq.Rejected) dlq.Rejected {
 	limit := int(g.conn.MaxPayload())
 	if limit <= 0 { // not connected yet: the server's default
@@ -160,7 +165,11 @@ func (g *Ingress) fit(r dlq.Rejected) dlq.Rejected {
 	}
 	room := limit - dlqOverhead
 	hs := headerSize(r.Header)
-	if len(r.Data)+hs <= room && hs+dlqOverhead <= jsMaxHeader {
+	data := len(r.Data)
+	if c, ok := g.dl.(bodyCutter); ok && c.MaxRejectBody() > 0 {
+		data = min(data, c.MaxRejectBody())
+	}
+	if data+hs <= room && hs+dlqOverhead <= jsMaxHeader {
 		return r
 	}
 	note := ""
@@ -168,7 +177,7 @@ func (g *Ingress) fit(r dlq.Rejected) dlq.Rejected {
 		r.Header, hs = nil, 0
 		note = "the client's headers are dropped"
 	}
-	if keep := max(0, room-hs); len(r.Data) > keep {
+	if keep := max(0, room-hs); data > keep {
 		if note != "" {
 			note += "; "
 		}

@@ -47,7 +47,7 @@ func topicConfig(t config.Topic) jetstream.TopicConfig {
 // DLQ's settings are the processes' to apply (dlq.Config.Attach).
 func dlqConfig(c config.DLQ, attach bool) dlq.Config {
 	return dlq.Config{Replicas: c.Replicas, MaxAge: c.MaxAge, MaxBytes: int64(c.MaxBytes), Parking: c.Parking, Attach: attach,
-		Rejects: dlq.RejectsConfig{MaxAge: c.Rejects.MaxAge, MaxBytes: int64(c.Rejects.MaxBytes)}}
+		Rejects: dlq.RejectsConfig{MaxAge: c.Rejects.MaxAge, MaxBytes: int64(c.Rejects.MaxBytes), MaxBody: int(c.Rejects.MaxBody)}}
 }
 
 // changefeedConfig maps a declared changefeed. A deployment feed watches every database, so

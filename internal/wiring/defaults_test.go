@@ -73,6 +73,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"dlq.sweep_interval":            {cfg.DLQ.SweepInterval, dlq.DefaultSweepInterval},
 		"dlq.rejects.max_age":           {dc.Rejects.MaxAge, dlq.DefaultRejectsMaxAge},
 		"dlq.rejects.max_bytes":         {dc.Rejects.MaxBytes, dlq.DefaultRejectsMaxBytes},
+		"dlq.rejects.max_body":          {dc.Rejects.MaxBody, dlq.DefaultRejectsMaxBody},
 		"ingress.max_message_size":      {ic.MaxMessageSize, ingress.DefaultMaxMessageSize},
 		"ingress.max_in_flight":         {ic.MaxInFlight, ingress.DefaultMaxInFlight},
 		"ingress.max_pending":           {ic.PendingMsgs, ingress.DefaultPendingMsgs},
