@@ -24,9 +24,12 @@
 // (dlq._unrouted without a valid topic). Ingress's — refused client traffic, a flood of it
 // maybe — go to a stream of their own, DLQ_REJECTS, on dlq_rejects.<topic>
 // (dlq_rejects._unrouted), bounded apart (Config.Rejects: 256 MiB and 7 days in the
-// processes): a flood of refusals ages out older refusals, never a handler's dead letter.
-// Inspection, replay and discard read both streams, the DLQ's first; a refusal's position
-// prints as rejects:<seq>. Replaying one publishes it to its topic for every group; one that
+// processes): a flood of refusals ages out older refusals, never a handler's dead letter. A
+// refused body longer than Config.Rejects.MaxBody (64 KiB in the processes) keeps its first
+// MaxBody bytes, and the letter adds x-dlq-body-size and x-dlq-body-sha256 (the whole body's
+// size and SHA-256, hex); such a letter cannot be replayed (ErrNotReplayable, even with
+// Force). Inspection, replay and discard read both streams, the DLQ's first; a refusal's
+// position prints as rejects:<seq>. Replaying one publishes it to its topic for every group; one that
 // ingress refused is replayed only to a topic open to ingress at replay time
 // (ReplayOptions.IngressTopics; `bridge dlq replay` passes ingress.allow), unless
 // ReplayOptions.Force: ingress's allow list is what let a client publish there at all.
@@ -89,6 +92,17 @@
 // a publisher — through the Bus or with a raw NATS client — cannot make a group skip an event.
 // Only a client allowed to write the replay bucket could; see README for the permissions
 // that keep untrusted clients to ingress subjects.
+//
+// Replay streams, whatever the DLQ holds: it reads a fetch of letters at a time (500 letters,
+// 2 MiB) and replays them a chunk at a time (ReplayChunk letters, 4 MiB; the letters of one
+// topic and key one after the other, in order, up to 64 keys at once), so its memory is
+// bounded; a million letters replay within about 30 MiB. The report keeps counts and the first
+// MaxReportedFailures failures (ReplayOptions.OnLetter sees every letter). Later letters of a
+// group and key whose letter failed are held back, for at most MaxBlockedKeys keys
+// (ErrTooManyFailures past them). Each letter is removed once its republish is stored, so an
+// interrupted replay loses nothing and replays nothing twice: ReplayReport.Resume is where a
+// later replay (Filter.From) goes on. Each, Count and Discard stream the same way; List returns
+// what it read, so it holds at most its limit.
 //
 // # Parking
 //
