@@ -98,6 +98,18 @@ type PartitionCursor struct {
 	Pending uint64
 	// AckPending counts events delivered but not acknowledged yet.
 	AckPending int
+	// Oldest is the store time of the oldest event of the partition not yet acknowledged:
+	// the first after AckFloor (zero when the group has finished every event).
+	Oldest time.Time
+}
+
+// LagSeconds returns how far behind the partition is in time: now minus Oldest, 0 when the
+// group has finished every event of the partition.
+func (p PartitionCursor) LagSeconds(now time.Time) float64 {
+	if p.Oldest.IsZero() || p.Pending+uint64(p.AckPending) == 0 {
+		return 0
+	}
+	return max(0, now.Sub(p.Oldest).Seconds())
 }
 
 // Lag returns the number of events of the topic the group has not finished: not yet delivered

@@ -17,11 +17,13 @@
 // collection with the placeholders {collection} and {database}):
 //
 //   - Key: the document's _id, written canonically (Key): an ObjectId as its 24 hex digits, a
-//     string as is, a number in decimal without exponent or trailing zeros (so 7, 7.0 and
-//     NumberDecimal("7.00"), which MongoDB's unique index holds equal, give "7"), anything
-//     else as canonical Extended JSON. The key orders and partitions the events of a
-//     document. A feed of several collections into one topic should have _ids unique
-//     across them, or use {collection}.
+//     number as its exact value in decimal without exponent or trailing zeros (so 7, 7.0 and
+//     NumberDecimal("7.00"), which MongoDB's unique index holds equal, give "7"), a string
+//     as is unless it could be read as one of those or as JSON (then JSON-quoted: the string
+//     "7" is the key "\"7\""), anything else as canonical Extended JSON. Two documents
+//     never share a key: the string "64b7…18" and ObjectId("64b7…18") are two keys. The key
+//     orders and partitions the events of a document. A feed of several collections into
+//     one topic should have _ids unique across them, or use {collection}.
 //   - ID (Nats-Msg-Id): "<feed>:" and 32 hex digits of SHA-256 of the change's resume token,
 //     so the same change read again yields the same ID; a copied document's is
 //     "<feed>:copy:<epoch>:" and a hash of its namespace and key.
@@ -160,7 +162,8 @@
 // exists if and only if the transaction commits. A drainer (NewDrainer, one active per
 // outbox by the same lease, kind "outbox") tails the collection with a change stream, never
 // by polling: on taking the lease it opens the stream, publishes the pending documents in
-// (ts, _id) order, then the inserted ones, each with Msg-Id = _id, and after the
+// (ts, _id) order, then the inserted ones, each with Msg-Id = _id (a string as it is, any other type as Key
+// writes it: an ObjectId as its hex), and after the
 // acknowledgements deletes them (after: delete) or sets sent: <date> (after: mark), which a
 // TTL index on sent expires after the retention. The collection is its own position: a
 // document is pending until it is deleted or marked, so a crash between the publish and the

@@ -86,3 +86,30 @@ func TestFormats(t *testing.T) {
 		})
 	}
 }
+
+// TestKeysOfLookAlikeIDs: documents whose _ids differ only in type — an ObjectId and the
+// string of its hex, the number 7 and the string "7" — are two documents to MongoDB, and
+// two keys: neither's events land on the other's key (its view document, its order).
+func TestKeysOfLookAlikeIDs(t *testing.T) {
+	e := newEnv(t, "shop.lookalike")
+	ctx := t.Context()
+	coll := e.db.Collection("lookalike")
+	f := e.start(changefeed.Config{Name: "lookalike", Collection: "lookalike", Topic: "shop.lookalike"})
+	waitRole(t, f, changefeed.RoleActive)
+	require.Eventually(t, func() bool { return savedPosition(t, e.bus.JetStream(), "lookalike") != nil }, 10*time.Second, 10*time.Millisecond)
+
+	oid := bson.NewObjectID()
+	ids := []any{oid, oid.Hex(), int32(7), "7"}
+	for i, id := range ids {
+		_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "n", Value: i}})
+		require.NoError(t, err, "MongoDB holds %v a new _id", id)
+	}
+	evs := e.waitEvents("shop.lookalike", len(ids))
+	require.Len(t, evs, len(ids))
+	got := map[string]float64{}
+	for _, ev := range evs {
+		got[ev.Key] = ev.decoded(t)["n"].(float64)
+	}
+	assert.Equal(t, map[string]float64{oid.Hex(): 0, `"` + oid.Hex() + `"`: 1, "7": 2, `"7"`: 3}, got,
+		"four documents, four keys")
+}

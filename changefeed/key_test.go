@@ -30,11 +30,28 @@ func TestKey(t *testing.T) {
 		{"ObjectId", oid, "64b7f0c2a1b2c3d4e5f60718"},
 		{"string as is", "Cust 1/é", "Cust 1/é"},
 		{"empty string", "", ""},
+		{"uppercase hex string as is", "64B7F0C2A1B2C3D4E5F60718", "64B7F0C2A1B2C3D4E5F60718"},
+		{"string that is not a canonical number as is", "7.0", "7.0"},
+		{"string with a leading zero as is", "07", "07"},
+		{"string with an exponent as is", "1e3", "1e3"},
+		{"string of an ObjectId's hex quoted", "64b7f0c2a1b2c3d4e5f60718", `"64b7f0c2a1b2c3d4e5f60718"`},
+		{"string of a number quoted", "7", `"7"`},
+		{"string of a negative fraction quoted", "-0.25", `"-0.25"`},
+		{"string NaN quoted", "NaN", `"NaN"`},
+		{"string -Infinity quoted", "-Infinity", `"-Infinity"`},
+		{"string true quoted", "true", `"true"`},
+		{"string null quoted", "null", `"null"`},
+		{"string of JSON quoted", `{"a":1}`, `"{\"a\":1}"`},
+		{"string starting with a quote quoted", `"7"`, `"\"7\""`},
+		{"string starting with a bracket quoted, control characters escaped", "[\x01\x7f\\", `"[\u0001\u007f\\"`},
+		{"symbol as a string", bson.Symbol("7"), `"7"`},
 		{"int32", int32(-7), "-7"},
 		{"int64", int64(1) << 60, "1152921504606846976"},
 		{"integral double", 7.0, "7"},
 		{"fractional double", 0.25, "0.25"},
+		{"double in exact decimal", 0.1, "0.1000000000000000055511151231257827021181583404541015625"},
 		{"large double without exponent", 1e21, "1000000000000000000000"},
+		{"double above 2^53 exactly", float64(1 << 62), "4611686018427387904"},
 		{"negative zero", math.Copysign(0, -1), "0"},
 		{"NaN", math.NaN(), "NaN"},
 		{"infinity", math.Inf(-1), "-Infinity"},
@@ -43,6 +60,8 @@ func TestKey(t *testing.T) {
 		{"document", bson.D{{Key: "a", Value: int32(1)}, {Key: "b", Value: "x"}}, `{"a":{"$numberInt":"1"},"b":"x"}`},
 		{"date", time.UnixMilli(0).UTC(), `{"$date":{"$numberLong":"0"}}`},
 		{"boolean", true, "true"},
+		{"null", nil, "null"},
+		{"document with a string that is not UTF-8", bson.D{{Key: "a", Value: "\xff"}}, `{"$bson":"03:DgAAAAJhAAIAAAD/AAA="}`},
 		{"UUID", bson.Binary{Subtype: 4, Data: make([]byte, 16)}, `{"$binary":{"base64":"AAAAAAAAAAAAAAAAAAAAAA==","subType":"04"}}`},
 	}
 	for _, tc := range cases {
@@ -110,4 +129,24 @@ func TestTokenTime(t *testing.T) {
 	assert.Equal(t, ClusterTime{T: 0x64B7F0C2, I: 5}, *ct)
 	other, _ := bson.Marshal(bson.D{{Key: "_data", Value: "zz"}})
 	assert.Nil(t, tokenTime(other), "not a KeyString token")
+}
+
+// TestOutboxID: an outbox document's string _id is its event ID as the application chose it
+// (AppendOutbox returned it), even when Key would quote it; other types are Key's.
+func TestOutboxID(t *testing.T) {
+	oid, _ := bson.ObjectIDFromHex("64b7f0c2a1b2c3d4e5f60718")
+	for _, tc := range []struct {
+		id   any
+		want string
+	}{
+		{"7", "7"},
+		{"64b7f0c2a1b2c3d4e5f60718", "64b7f0c2a1b2c3d4e5f60718"},
+		{`{"a":1}`, `{"a":1}`},
+		{oid, "64b7f0c2a1b2c3d4e5f60718"},
+		{int64(7), "7"},
+	} {
+		got, err := outboxID(rawValue(t, tc.id))
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "%v", tc.id)
+	}
 }

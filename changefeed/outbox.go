@@ -129,13 +129,28 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 	return b, nil
 }
 
+// outboxID is the event ID of an outbox document's _id: a string as it is — the ID the
+// application chose (AppendOutbox writes it, WithID sets it), never quoted as Key quotes a
+// string that looks like a number or an ObjectId's hex — and any other type as Key writes
+// it (an ObjectId as its hex). The ID names the event for JetStream's deduplication, it
+// does not key a view: a string _id equal to an ObjectId _id's hex names the same event.
+func outboxID(v bson.RawValue) (string, error) {
+	if v.Type == bson.TypeString {
+		s, ok := v.StringValueOK()
+		if !ok {
+			return "", errBadBSON(v)
+		}
+		return s, nil
+	}
+	return Key(v)
+}
+
 // outboxMessage reads an outbox document into the message to publish. A document it cannot
 // read is reported with an error wrapping ErrInvalidOutbox, with what can be read of it (ID,
 // topic, key, the document as JSON) in the message for its dead letter.
 func outboxMessage(raw bson.Raw) (*message, error) {
 	m := &message{}
-	idv := raw.Lookup(OutboxID)
-	id, err := Key(idv)
+	id, err := outboxID(raw.Lookup(OutboxID))
 	if err != nil || id == "" {
 		return m, fmt.Errorf("%w: _id is missing or empty", ErrInvalidOutbox)
 	}

@@ -22,14 +22,30 @@ const composeFile = "compose.yaml"
 
 // loadCompose loads compose.yaml as `docker compose` does — compose-go validates it against
 // the Compose Specification's JSON schema and checks its consistency (dependencies, volumes)
-// — with paths resolved and no variables from this machine's environment.
+// — with paths resolved and, of this machine's environment, only the NATS users' passwords
+// (the tests', natsPassword), which the file requires.
 func loadCompose(t *testing.T) *types.Project {
 	t.Helper()
-	opts, err := cli.NewProjectOptions([]string{composeFile}, cli.WithWorkingDirectory("."), cli.WithResolvedPaths(true))
-	require.NoError(t, err)
-	p, err := opts.LoadProject(context.Background())
+	p, err := loadComposeWith(composeEnv())
 	require.NoError(t, err, "compose-go refuses %s", composeFile)
 	return p
+}
+
+func loadComposeWith(env []string) (*types.Project, error) {
+	opts, err := cli.NewProjectOptions([]string{composeFile}, cli.WithWorkingDirectory("."), cli.WithResolvedPaths(true), cli.WithEnv(env))
+	if err != nil {
+		return nil, err
+	}
+	return opts.LoadProject(context.Background())
+}
+
+// composeEnv is the environment docker compose runs in: every NATS user's password.
+func composeEnv() []string {
+	var env []string
+	for _, u := range natsUsers {
+		env = append(env, natsPasswordEnv(u)+"="+natsPassword(u))
+	}
+	return env
 }
 
 func service(t *testing.T, p *types.Project, name string) types.ServiceConfig {
@@ -129,6 +145,52 @@ func TestComposeNATSCluster(t *testing.T) {
 		s := service(t, p, target)
 		require.NotNil(t, s.Environment["JETBUS_NATS_URLS"], "%s: JETBUS_NATS_URLS", target)
 		assert.ElementsMatch(t, urls, strings.Split(*s.Environment["JETBUS_NATS_URLS"], ","), "%s: JETBUS_NATS_URLS", target)
+	}
+}
+
+// includes are the files a NATS configuration includes, as written.
+var includes = regexp.MustCompile(`(?m)^\s*include\s+"?([^"\s;]+)"?`)
+
+// TestComposeNATSUsers: NATS requires the users of nats/auth.conf, mounted beside each node's
+// file where its include finds it, with the passwords compose passes from its own
+// environment (none is in the file, and compose refuses to start without them); the bridge
+// and the projectors log in as their users, their replies on their inbox prefixes.
+func TestComposeNATSUsers(t *testing.T) {
+	p := loadCompose(t)
+	auth, err := filepath.Abs(natsAuthFile)
+	require.NoError(t, err)
+	for _, node := range natsNodes {
+		s := service(t, p, node)
+		conf := flagValue(s.Command, "--config")
+		data, err := os.ReadFile(natsConfigFile(node))
+		require.NoError(t, err)
+		inc := includes.FindAllStringSubmatch(string(data), -1)
+		require.Len(t, inc, 1, "%s includes one file", node)
+		target := filepath.Join(filepath.Dir(conf), inc[0][1])
+		assert.Equal(t, auth, bindSource(t, s, target), "%s: %s includes %s, which must be %s", node, conf, target, natsAuthFile)
+		for _, u := range natsUsers {
+			v := s.Environment[natsPasswordEnv(u)]
+			require.NotNil(t, v, "%s: %s, which %s reads", node, natsPasswordEnv(u), natsAuthFile)
+			assert.Equal(t, natsPassword(u), *v, "%s: %s comes from compose's environment", node, natsPasswordEnv(u))
+		}
+	}
+	for target := range images {
+		s := service(t, p, target)
+		cfg, err := composeContainer(t, s).load(t)
+		require.NoError(t, err)
+		assert.Equal(t, target, cfg.NATS.User, "%s logs in as its user", target)
+		assert.Equal(t, natsPassword(target), cfg.NATS.Password, "%s: the password NATS has for %s", target, target)
+		assert.Equal(t, natsInboxPrefixes[target], cfg.NATS.InboxPrefix, "%s: nats.inbox_prefix", target)
+	}
+	for _, u := range natsUsers {
+		var env []string
+		for _, e := range composeEnv() {
+			if !strings.HasPrefix(e, natsPasswordEnv(u)+"=") {
+				env = append(env, e)
+			}
+		}
+		_, err := loadComposeWith(env)
+		assert.ErrorContains(t, err, natsPasswordEnv(u), "compose starts without %s", natsPasswordEnv(u))
 	}
 }
 

@@ -251,18 +251,6 @@ func k8sContainer(t *testing.T, m *manifests, d *appsv1.Deployment, c *corev1.Co
 	return out
 }
 
-// secretVolumeFile reports whether file is in a volume of d mounted from a Secret.
-func secretVolumeFile(d *appsv1.Deployment, c *corev1.Container, file string) (secret string, ok bool) {
-	for _, vm := range c.VolumeMounts {
-		for _, v := range d.Spec.Template.Spec.Volumes {
-			if v.Name == vm.Name && v.Secret != nil && strings.HasPrefix(file, vm.MountPath+"/") {
-				return v.Secret.SecretName, true
-			}
-		}
-	}
-	return "", false
-}
-
 // TestKubernetesDeployments: each process runs the Dockerfile's image as its non-root user,
 // locked down; jetbus's loader accepts the configuration as the container sees it (the
 // ConfigMap's files, the environment, the arguments); the probes ask /readyz and /healthz on
@@ -358,11 +346,13 @@ func TestKubernetesDeployments(t *testing.T) {
 					secrets = append(secrets, e.ValueFrom.SecretKeyRef.Name)
 				}
 			}
-			require.NotEmpty(t, cfg.NATS.Creds, "nats.creds")
-			creds, ok := secretVolumeFile(dep, c, cfg.NATS.Creds)
-			assert.True(t, ok, "nats.creds %s is not in a Secret volume", cfg.NATS.Creds)
-			secrets = append(secrets, creds)
 			assert.ElementsMatch(t, required[target], secrets, "Secrets referenced")
+			// NATS: the process's user (deploy/nats/auth.conf), with the password the NATS
+			// servers read from the same Secret key (k8s/nats-values.yaml), on its inbox prefix.
+			assert.Equal(t, target, cfg.NATS.User, "nats.user")
+			assert.Equal(t, "secret "+natsSecret+"/"+natsSecretKey(target), cfg.NATS.Password, "nats.password")
+			assert.Equal(t, natsInboxPrefixes[target], cfg.NATS.InboxPrefix, "nats.inbox_prefix")
+			assert.Empty(t, cfg.NATS.Creds, "nats.creds: the users of deploy/nats/auth.conf log in with passwords")
 
 			// Resources: requested and bounded.
 			r := c.Resources

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,9 +30,11 @@ var natsNodes = []string{"nats1", "nats2", "nats3"}
 
 func natsConfigFile(node string) string { return filepath.Join("nats", node+".conf") }
 
-// natsOptions reads a NATS configuration file as nats-server itself does.
+// natsOptions reads a NATS configuration file as nats-server itself does, with the users'
+// passwords in the environment (natsPasswords).
 func natsOptions(t *testing.T, file string) *server.Options {
 	t.Helper()
+	natsPasswords(t)
 	o, err := server.ProcessConfigFile(file)
 	require.NoError(t, err, "nats-server refuses %s", file)
 	return o
@@ -69,8 +72,9 @@ func TestNATSConfigs(t *testing.T) {
 
 // TestNATSClusterTakesR3Topics starts the three nodes in this process from their
 // configuration files — only the addresses (loopback, free ports) and the store directories
-// changed — and has jetbus ensure the deploy configuration's topics and DLQ on it, as the
-// processes do at start: every stream is created with three replicas, one on each node.
+// changed — and has jetbus ensure the deploy configuration's topics and DLQ on it, logged in
+// as the bridge user, as the bridge does at start: every stream is created with three
+// replicas, one on each node.
 func TestNATSClusterTakesR3Topics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
@@ -122,6 +126,7 @@ func TestNATSClusterTakesR3Topics(t *testing.T) {
 	cfg, err := config.Load(config.Options{File: deployConfig})
 	require.NoError(t, err)
 	cfg.NATS.URLs = urls
+	cfg.NATS.User, cfg.NATS.Password, cfg.NATS.InboxPrefix = userBridge, natsPassword(userBridge), natsInboxPrefixes[userBridge]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tool, err := wiring.Open(ctx, cfg, "deploy test", wiring.Needs{DLQ: true}, embeddedtest.Logger(t))
@@ -166,7 +171,9 @@ func natsServerVersion(t *testing.T) string {
 
 // TestNATSHelmValues: the values for NATS's Helm chart ask for a cluster of as many servers as
 // the topics have replicas, with JetStream on persistent volumes, running the nats-server
-// version jetbus's tests run against. (The chart itself is not rendered here: see README.)
+// version jetbus's tests run against, requiring the users of nats/auth.conf (a copy in the
+// chart's ConfigMap, included by the servers' configuration) with every password from the
+// Secret the processes read theirs from. (The chart itself is not rendered here: see README.)
 func TestNATSHelmValues(t *testing.T) {
 	data, err := os.ReadFile("k8s/nats-values.yaml")
 	require.NoError(t, err)
@@ -184,11 +191,25 @@ func TestNATSHelmValues(t *testing.T) {
 					} `json:"pvc"`
 				} `json:"fileStore"`
 			} `json:"jetstream"`
+			Merge map[string]any `json:"merge"`
 		} `json:"config"`
+		ConfigMap struct {
+			Merge struct {
+				Data map[string]string `json:"data"`
+			} `json:"merge"`
+		} `json:"configMap"`
 		Container struct {
 			Image struct {
 				Tag string `json:"tag"`
 			} `json:"image"`
+			Env map[string]struct {
+				ValueFrom struct {
+					SecretKeyRef struct {
+						Name string `json:"name"`
+						Key  string `json:"key"`
+					} `json:"secretKeyRef"`
+				} `json:"valueFrom"`
+			} `json:"env"`
 		} `json:"container"`
 		PodTemplate struct {
 			TopologySpreadConstraints map[string]map[string]any `json:"topologySpreadConstraints"`
@@ -200,6 +221,26 @@ func TestNATSHelmValues(t *testing.T) {
 	assert.NotEmpty(t, v.Config.JetStream.FileStore.PVC.Size)
 	assert.Equal(t, v.Container.Image.Tag, natsServerVersion(t)+"-alpine")
 	assert.Contains(t, v.PodTemplate.TopologySpreadConstraints, "kubernetes.io/hostname")
+
+	// The chart writes a key ending in $include as an include directive, of a file of its
+	// ConfigMap (the directory of nats.conf).
+	auth, err := os.ReadFile(natsAuthFile)
+	require.NoError(t, err)
+	var included []string
+	for k, val := range v.Config.Merge {
+		if strings.HasSuffix(k, "$include") {
+			included = append(included, fmt.Sprint(val))
+		}
+	}
+	require.Equal(t, []string{"auth.conf"}, included, "config.merge includes auth.conf")
+	assert.Equal(t, string(auth), v.ConfigMap.Merge.Data["auth.conf"], "configMap auth.conf is a copy of %s", natsAuthFile)
+	for _, u := range natsUsers {
+		e, ok := v.Container.Env[natsPasswordEnv(u)]
+		require.True(t, ok, "container.env: %s, which auth.conf reads", natsPasswordEnv(u))
+		assert.Equal(t, natsSecret, e.ValueFrom.SecretKeyRef.Name, "%s from the Secret", natsPasswordEnv(u))
+		assert.Equal(t, natsSecretKey(u), e.ValueFrom.SecretKeyRef.Key, "%s's key", natsPasswordEnv(u))
+	}
+	assert.Len(t, v.Container.Env, len(natsUsers), "container.env: the passwords only")
 
 	cfg, err := config.Load(config.Options{File: deployConfig})
 	require.NoError(t, err)

@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetbus/jetbus"
-	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/jetstream"
 )
 
@@ -105,7 +104,7 @@ func nodeInstalled() bool {
 // It returns when the client has finished.
 func (s *stack) publishNode(ctx context.Context, l *ledger, plan publishPlan) error {
 	cmd := exec.CommandContext(ctx, "node", "publish.mjs",
-		"--servers="+s.nats.URLs(), "--topic=orders", fmt.Sprintf("--count=%d", plan.Count),
+		"--servers="+s.nats.URLs(), "--user="+userClient, "--pass="+s.passwords[userClient], "--topic=orders", fmt.Sprintf("--count=%d", plan.Count),
 		fmt.Sprintf("--keys=%d", plan.Keys), fmt.Sprintf("--rate=%d", plan.Rate),
 		"--prefix="+plan.Prefix, fmt.Sprintf("--bad=%d", plan.Bad))
 	cmd.Dir = nodeClientDir
@@ -138,9 +137,9 @@ func (s *stack) publishNode(ctx context.Context, l *ledger, plan publishPlan) er
 
 // publishIngressGo speaks the ingress protocol with nats.go exactly as the Node client does
 // (same IDs, keys, payloads, retries): the smoke's stand-in when Node's client is not
-// installed.
+// installed. It logs in as the client user, as the Node client does.
 func (s *stack) publishIngressGo(ctx context.Context, t *testing.T, l *ledger, plan publishPlan) error {
-	nc := embeddedtest.Connect(t, s.nats.URLs())
+	nc := s.connect(t, userClient)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range min(plan.Keys, plan.Count) {
@@ -241,8 +240,10 @@ func (s *stack) publishIngress(ctx context.Context, t *testing.T, l *ledger, pla
 
 // publishBus publishes plan directly with the Bus (the Go client), each event with its own ID,
 // retried with that ID until acknowledged; the last event of every third key is a tombstone.
+// A Bus publishing straight to JetStream is a trusted producer: it logs in as the producer
+// user, not as a client.
 func (s *stack) publishBus(ctx context.Context, t *testing.T, l *ledger, plan publishPlan) {
-	bus := embeddedtest.Bus(t, s.nats.URLs())
+	bus := s.bus(t, userProducer)
 	var wg sync.WaitGroup
 	for w := range min(plan.Keys, plan.Count) {
 		wg.Add(1)

@@ -21,6 +21,10 @@
 //   - NATS is three in-test embedded servers on loopback (embeddedtest.Cluster): a node is
 //     stopped and restarted with its store, port and routes, which is what a node restart is,
 //     and the test needs no nats-server binary.
+//   - The nodes require the NATS users deploy/ ships (deploy/nats/auth.conf): every process
+//     and client logs in as the user it would be deployed as (bridge, projector — the
+//     counters too —, client for ingress, producer for the Go Bus, admin for the test's own
+//     reads and faults), and a scenario fails on any permission violation the servers log.
 //   - MongoDB is the in-test backend (minimongo) with a data directory, so "MongoDB down" is
 //     the backend stopped and started again on the same port with its data, as a mongod
 //     restart is. Failing writes are MongoDB's failCommand fail point.

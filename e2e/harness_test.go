@@ -53,18 +53,22 @@ func TestMain(m *testing.M) {
 // stack is the whole deployment of one test: three NATS nodes, the MongoDB test backend, the
 // configuration, and the bridge and projector processes.
 type stack struct {
-	t       *testing.T
-	bin     string
-	nats    *embeddedtest.ClusterT
-	mongoMu sync.Mutex
-	mongo   *minimongo.Server
-	mongoOp minimongo.Options // to restart it on the same port with the same data
-	db      string
-	config  string
-	dir     string
-	mu      sync.Mutex
-	procs   []*proc
-	counter map[string]int
+	t    *testing.T
+	bin  string
+	nats *embeddedtest.ClusterT
+	// The users the processes and clients log in as (deploy/nats/auth.conf), and what the
+	// servers refused them.
+	passwords  map[string]string
+	violations violations
+	mongoMu    sync.Mutex
+	mongo      *minimongo.Server
+	mongoOp    minimongo.Options // to restart it on the same port with the same data
+	db         string
+	config     string
+	dir        string
+	mu         sync.Mutex
+	procs      []*proc
+	counter    map[string]int
 }
 
 // newStack starts NATS and MongoDB and writes the configuration; the processes are started by
@@ -72,7 +76,7 @@ type stack struct {
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	s := &stack{t: t, bin: binaries(t), dir: t.TempDir(), db: "e2e", counter: map[string]int{}}
-	s.nats = embeddedtest.Cluster(t, 3)
+	s.natsCluster()
 	s.mongoOp = minimongo.Options{Addr: "127.0.0.1:0", Dir: filepath.Join(s.dir, "mongo")}
 	m, err := minimongo.Start(s.mongoOp)
 	require.NoError(t, err)
@@ -175,9 +179,11 @@ type proc struct {
 	api  string // the snapshot API (projectors)
 }
 
-// counterArgs run examples/counter on the stack: orders counted into e2e.order_counts.
+// counterArgs run examples/counter on the stack: orders counted into e2e.order_counts, logged
+// in as the projector user (a Go projection of your own needs what the projector needs).
 func (s *stack) counterArgs() []string {
-	return []string{"--nats-url", s.nats.URLs(), "--mongo-uri", s.mongoURI(), "--database", s.db,
+	return []string{"--nats-url", s.urlsAs(userProjector), "--inbox-prefix", inboxPrefixes[userProjector],
+		"--mongo-uri", s.mongoURI(), "--database", s.db,
 		"--topic", "orders", "--name", "orders-counts", "--collection", "order_counts"}
 }
 
@@ -197,6 +203,7 @@ func (s *stack) startProc(kind string) *proc {
 		cmd = exec.Command(filepath.Join(s.bin, kind), s.counterArgs()...)
 	} else {
 		cmd = exec.Command(filepath.Join(s.bin, kind), "run", "--config", s.config)
+		cmd.Env = s.procEnv(kind) // the user of the same name
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	p := &proc{Process: embeddedtest.Start(s.t, name, cmd), s: s, kind: kind}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
-	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/internal/streamscan"
 )
 
@@ -35,10 +34,10 @@ type stored struct {
 	Data    json.RawMessage
 }
 
-// scanStream reads every message of stream.
+// scanStream reads every message of stream (as the admin user: the test's own reads).
 func (s *stack) scanStream(t *testing.T, stream string) []stored {
 	t.Helper()
-	nc := embeddedtest.Connect(t, s.nats.URLs())
+	nc := s.connect(t, userAdmin)
 	js, err := natsjs.New(nc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -342,6 +341,7 @@ func (s *stack) checkAll(t *testing.T, l *ledger) {
 	s.checkView(t, "orders", msgs)
 	s.checkCounts(t, msgs)
 	s.checkDLQ(t, l)
+	s.checkNoViolations(t)
 	a, f, b := l.counts()
 	t.Logf("invariants over %d acknowledged events (%d given up by their client, %d made to fail), %d stored", a, f, b, len(msgs))
 }

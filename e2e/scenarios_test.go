@@ -160,7 +160,7 @@ func TestNATSNodeRestarts(t *testing.T) {
 // then restored; every refused message ends up in it once.
 func TestDLQOutage(t *testing.T) {
 	s, ld := scenario(t, "dlqgone")
-	nc := embeddedtest.Connect(t, s.nats.URLs())
+	nc := s.connect(t, userAdmin) // deletes and restores the DLQ: an operator's doing
 	js, err := natsjs.New(nc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -28,9 +28,17 @@ func ServerOptions(dir string) *server.Options {
 
 // StartServer starts a nats-server with opts and waits until it accepts connections.
 func StartServer(opts *server.Options) (*server.Server, error) {
+	return startServer(opts, nil)
+}
+
+// startServer is StartServer with configure (when not nil) applied before the server starts.
+func startServer(opts *server.Options, configure func(*server.Server)) (*server.Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embeddedtest: new server: %w", err)
+	}
+	if configure != nil {
+		configure(s)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(10 * time.Second) {
@@ -75,11 +83,36 @@ type ClusterT struct {
 	mu      sync.Mutex
 	opts    []*server.Options
 	servers []*server.Server
+	cfg     clusterConfig
+}
+
+// ClusterOption configures the servers of Cluster.
+type ClusterOption func(*clusterConfig)
+
+type clusterConfig struct {
+	users  []*server.User
+	logger server.Logger
+	trace  bool
+}
+
+// WithUsers makes every node require a client to log in as one of users, each with its
+// permissions (a configuration's authorization block: server.ProcessConfigFile's Users).
+// The users are in the global account, where JetStream is; routes between the nodes need no
+// login, and the system account stays the server's own.
+func WithUsers(users ...*server.User) ClusterOption {
+	return func(c *clusterConfig) { c.users = users }
+}
+
+// WithLogger sends every node's log (errors, warnings, notices; with trace, every protocol
+// message too) to l; permission violations are logged as errors ("Publish Violation - …",
+// "Subscription Violation - …"). A restarted node logs there too.
+func WithLogger(l server.Logger, trace bool) ClusterOption {
+	return func(c *clusterConfig) { c.logger, c.trace = l, trace }
 }
 
 // Cluster starts n clustered nats-servers with JetStream on loopback and waits until the
 // cluster has a meta leader. They are shut down when the test ends.
-func Cluster(t testing.TB, n int) *ClusterT {
+func Cluster(t testing.TB, n int, opts ...ClusterOption) *ClusterT {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("embeddedtest: cluster of %d", n)
@@ -90,6 +123,9 @@ func Cluster(t testing.TB, n int) *ClusterT {
 		routes[i] = "nats-route://127.0.0.1:" + strconv.Itoa(p)
 	}
 	c := &ClusterT{t: t}
+	for _, o := range opts {
+		o(&c.cfg)
+	}
 	base := t.TempDir()
 	for i := range n {
 		o := ServerOptions(filepath.Join(base, fmt.Sprintf("n%d", i)))
@@ -98,11 +134,14 @@ func Cluster(t testing.TB, n int) *ClusterT {
 		o.Cluster.Host = "127.0.0.1"
 		o.Cluster.Port = ports[i]
 		o.Routes = server.RoutesFromStr(joinExcept(routes, i))
+		if c.cfg.users != nil {
+			o.Users = (&server.Options{Users: c.cfg.users}).Clone().Users // a copy per node
+		}
 		c.opts = append(c.opts, o)
 	}
 	c.servers = make([]*server.Server, n)
 	for i, o := range c.opts {
-		s, err := StartServer(o)
+		s, err := c.start(o)
 		if err != nil {
 			c.shutdown()
 			t.Fatal(err)
@@ -114,6 +153,15 @@ func Cluster(t testing.TB, n int) *ClusterT {
 	t.Cleanup(c.shutdown)
 	c.WaitForMetaLeader()
 	return c
+}
+
+// start starts a node with opts, logging to the cluster's logger.
+func (c *ClusterT) start(opts *server.Options) (*server.Server, error) {
+	if c.cfg.logger == nil {
+		return StartServer(opts)
+	}
+	opts.NoLog = false
+	return startServer(opts, func(s *server.Server) { s.SetLoggerV2(c.cfg.logger, false, c.cfg.trace, false) })
 }
 
 func joinExcept(routes []string, skip int) string {
@@ -192,7 +240,7 @@ func (c *ClusterT) Restart(i int) {
 	}
 	o := c.opts[i].Clone()
 	c.mu.Unlock()
-	s, err := StartServer(o)
+	s, err := c.start(o)
 	if err != nil {
 		c.t.Fatal(err)
 	}

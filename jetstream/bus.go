@@ -50,6 +50,9 @@ var (
 //   - WithPinnedTTL: how long a silent client keeps a partition pinned (default 10s).
 //   - WithAsyncMaxPending: bound on outstanding async publishes (default 4000).
 //
+// Open waits for JetStream through a leader election or a node restart, asking again until
+// ctx ends; ctx bounds the wait, and its end is said in the error.
+//
 // The Bus does not own nc: Close stops the Bus's subscriptions but leaves nc open.
 func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 	if nc == nil {
@@ -68,8 +71,10 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetbus: jetstream: %w", retry.Opaque(err))
 	}
-	if _, err := js.AccountInfo(ctx); err != nil {
-		return nil, fmt.Errorf("jetbus: jetstream not available: %w", retry.Opaque(err))
+	// Through a JetStream leader election or a node restart the request goes unanswered or
+	// is refused as unavailable for a while: ask again until ctx ends.
+	if err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }); err != nil {
+		return nil, fmt.Errorf("jetbus: jetstream not available%s: %w", untilEnd(ctx), retry.Opaque(err))
 	}
 	m, err := newMetrics(o.registerer)
 	if err != nil {

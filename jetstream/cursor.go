@@ -25,14 +25,21 @@ func (b *Bus) Cursor(ctx context.Context, topic, group string) (*jetbus.Cursor, 
 	if err != nil {
 		return nil, err
 	}
-	var str natsjs.Stream // looked up once, when a partition reads as caught up
-	lastSeq := func(filter string) (uint64, error) {
+	var str natsjs.Stream // looked up once, when a partition reads as caught up or behind
+	getStream := func() (natsjs.Stream, error) {
 		if str == nil {
 			s, err := b.js.Stream(ctx, stream)
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 			str = s
+		}
+		return str, nil
+	}
+	lastSeq := func(filter string) (uint64, error) {
+		str, err := getStream()
+		if err != nil {
+			return 0, err
 		}
 		m, err := str.GetLastMsgForSubject(ctx, filter)
 		if errors.Is(err, natsjs.ErrMsgNotFound) {
@@ -49,13 +56,27 @@ func (b *Bus) Cursor(ctx context.Context, topic, group string) (*jetbus.Cursor, 
 		} else if err != nil {
 			return nil, fmt.Errorf("jetbus: cursor of %s/%s: %w", topic, group, retry.Opaque(err))
 		}
-		c.Partitions = append(c.Partitions, jetbus.PartitionCursor{
+		pc := jetbus.PartitionCursor{
 			Partition:  p,
 			AckFloor:   info.AckFloor.Stream,
 			Delivered:  info.Delivered.Stream,
 			Pending:    info.NumPending,
 			AckPending: info.NumAckPending,
-		})
+		}
+		if pc.Pending+uint64(pc.AckPending) > 0 {
+			// The store time of the first event after the ack floor: one direct read. An
+			// event gone meanwhile (acknowledged and removed, or aged out) leaves it zero.
+			if str, err := getStream(); err == nil {
+				if m, err := str.GetMsg(ctx, pc.AckFloor+1, natsjs.WithGetMsgSubject(t.filter(p))); err == nil {
+					pc.Oldest = m.Time
+				} else if !errors.Is(err, natsjs.ErrMsgNotFound) {
+					return nil, fmt.Errorf("jetbus: cursor of %s/%s: oldest event: %w", topic, group, retry.Opaque(err))
+				}
+			} else {
+				return nil, fmt.Errorf("jetbus: cursor of %s/%s: %w", topic, group, retry.Opaque(err))
+			}
+		}
+		c.Partitions = append(c.Partitions, pc)
 	}
 	if len(c.Partitions) == 0 {
 		return nil, fmt.Errorf("%w: %s in topic %s", jetbus.ErrGroupNotFound, group, topic)

@@ -53,3 +53,53 @@ func TestCursorWhileConsumersAreCreated(t *testing.T) {
 		}
 	}
 }
+
+// TestCursorOldest: a partition's Oldest is the store time of the first event after its ack
+// floor, read from the stream, for plain and keyed topics; zero once every event is
+// acknowledged.
+func TestCursorOldest(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	b := embeddedtest.Bus(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, keyed := range []bool{false, true} {
+		topic := fmt.Sprintf("oldest%v", keyed)
+		require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: topic, Partitions: 1, Keyed: keyed}))
+		var evs []*jetbus.Event
+		for i := range 3 {
+			ev, err := b.Publish(ctx, topic, map[string]int{"n": i}, jetbus.WithKey(fmt.Sprintf("k%d", i)))
+			require.NoError(t, err)
+			evs = append(evs, ev)
+		}
+		str, err := b.JetStream().Stream(ctx, jetbus.StreamName(topic))
+		require.NoError(t, err)
+		second, err := str.GetMsg(ctx, evs[1].Seq)
+		require.NoError(t, err)
+
+		acked := make(chan uint64, 3)
+		sub, err := b.Subscribe(ctx, topic, "g", func(_ context.Context, d *jetbus.Delivery) error {
+			acked <- d.Seq
+			return nil
+		}, jetbus.FromEarliest(), jetbus.ManualAck())
+		require.NoError(t, err)
+		for range 3 {
+			<-acked
+		}
+		require.NoError(t, b.Ack(ctx, topic, "g", evs[0].ID))
+		require.True(t, embeddedtest.Poll(10*time.Second, 10*time.Millisecond, func() bool {
+			c, err := b.Cursor(ctx, topic, "g")
+			return err == nil && c.Partitions[0].AckFloor == evs[0].Seq
+		}))
+		c, err := b.Cursor(ctx, topic, "g")
+		require.NoError(t, err)
+		require.True(t, second.Time.Equal(c.Partitions[0].Oldest), "keyed %v: oldest %s, the second event stored %s", keyed, c.Partitions[0].Oldest, second.Time)
+		require.Greater(t, c.Partitions[0].LagSeconds(second.Time.Add(time.Minute)), 59.0)
+
+		require.NoError(t, b.AckBatch(ctx, topic, "g", evs[1].ID, evs[2].ID))
+		require.True(t, embeddedtest.Poll(10*time.Second, 10*time.Millisecond, func() bool {
+			c, err := b.Cursor(ctx, topic, "g")
+			return err == nil && c.Lag() == 0 && c.Partitions[0].Oldest.IsZero() && c.Partitions[0].LagSeconds(time.Now()) == 0
+		}), "nothing left: no oldest")
+		require.NoError(t, sub.Stop())
+	}
+}

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -32,3 +33,11 @@ var apiPolicy = retry.Policy{Try: 2 * time.Second, Backoff: retry.Backoff{Min: 2
 // tries (about 20s at most) so that a publish to an unreachable cluster fails rather than
 // waiting as long as its context allows.
 var lookupPolicy = retry.Policy{Try: 2 * time.Second, Attempts: 8, Backoff: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
+
+// untilEnd says, in an error, that a request was retried until ctx ended (when it did).
+func untilEnd(ctx context.Context) string {
+	if ctx.Err() != nil {
+		return " (asked again until the context ended)"
+	}
+	return ""
+}

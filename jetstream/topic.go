@@ -136,12 +136,22 @@ func (c TopicConfig) streamConfig() natsjs.StreamConfig {
 }
 
 // EnsureTopic creates the topic's stream, or updates it to cfg. It refuses to shrink the
-// partition count and to turn a plain topic keyed or back (ErrInvalidConfig).
+// partition count and to turn a plain topic keyed or back (ErrInvalidConfig). Through a
+// JetStream leader election or a node restart it asks again until ctx ends.
 func (b *Bus) EnsureTopic(ctx context.Context, cfg TopicConfig) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
+	err = retry.Do(ctx, apiPolicy, func(ctx context.Context) error { return b.ensureTopic(ctx, cfg) })
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w%s", err, untilEnd(ctx))
+	}
+	return err
+}
+
+// ensureTopic is one try of EnsureTopic.
+func (b *Bus) ensureTopic(ctx context.Context, cfg TopicConfig) error {
 	sc := cfg.streamConfig()
 	s, err := b.js.Stream(ctx, sc.Name)
 	switch {
@@ -149,7 +159,7 @@ func (b *Bus) EnsureTopic(ctx context.Context, cfg TopicConfig) error {
 		if _, err := b.js.CreateStream(ctx, sc); err != nil && !errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("jetbus: create topic %s: %w", cfg.Name, retry.Opaque(err))
 		} else if err != nil {
-			return b.EnsureTopic(ctx, cfg) // created concurrently: update instead
+			return b.ensureTopic(ctx, cfg) // created concurrently: update instead
 		}
 	case err != nil:
 		return fmt.Errorf("jetbus: topic %s: %w", cfg.Name, retry.Opaque(err))

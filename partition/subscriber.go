@@ -101,48 +101,23 @@ func Subscribe(ctx context.Context, bus jetbus.Bus, js JetStream, cfg Config, h 
 	if len(o.FanIn) > 0 {
 		return nil, fmt.Errorf("%w: FanIn is not supported by a partitioned subscription", jetbus.ErrInvalidOption)
 	}
-	n, err := c.Partitions(ctx, cfg.Topic)
+	// Through a JetStream leader election or a node restart the first requests go unanswered
+	// or are refused as unavailable: start again (from the partition count) until ctx ends.
+	var (
+		s  *Subscriber
+		mw *MemberWatcher
+		aw natsjs.KeyWatcher
+		m  *Membership
+	)
+	err = retry.Do(ctx, startPolicy, func(tctx context.Context) error {
+		var err error
+		s, mw, aw, m, err = begin(ctx, tctx, c, js, cfg, h, opts, o.AckTimeout)
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	if n < 1 {
-		return nil, fmt.Errorf("%w: %s reports %d", ErrNoPartitions, cfg.Topic, n)
-	}
-	g, err := OpenGroup(ctx, js, cfg)
-	if err != nil {
-		return nil, err
-	}
-	s := &Subscriber{
-		c: c, js: js, g: g, cfg: g.cfg, to: g.timeout, h: h, opts: slices.Clone(opts), n: n,
-		log:     g.cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group, "member", g.cfg.MemberID),
-		stopCh:  make(chan struct{}),
-		done:    make(chan struct{}),
-		owned:   make(map[int]*Lease),
-		dirty:   make(map[int]time.Time),
-		ackWait: o.AckTimeout,
-	}
-	s.runCtx, s.runCancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.subCtx, s.subCancel = context.WithCancel(context.WithoutCancel(ctx))
-
-	mw, err := g.watchMembers(s.runCtx)
-	if err != nil {
-		s.runCancel()
-		s.subCancel()
-		return nil, err
-	}
-	aw, err := g.watchAssignment(s.runCtx)
-	if err != nil {
-		mw.Stop()
-		s.runCancel()
-		s.subCancel()
-		return nil, fmt.Errorf("partition: watch assignment: %w", retry.Opaque(err))
-	}
-	m, err := g.Join(s.runCtx)
-	if err != nil {
-		mw.Stop()
-		_ = aw.Stop()
-		s.runCancel()
-		s.subCancel()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("partition: subscribe %s to %s (asked again until the context ended): %w", cfg.Group, cfg.Topic, err)
+		}
 		return nil, err
 	}
 	stopOnCancel := context.AfterFunc(ctx, func() { s.stop(nil) })
@@ -151,6 +126,60 @@ func Subscribe(ctx context.Context, bus jetbus.Bus, js JetStream, cfg Config, h 
 		stopOnCancel()
 	}()
 	return s, nil
+}
+
+// startPolicy bounds each try of a subscription's start: creating a group's buckets goes
+// through the meta leader, which is slow on a busy cluster.
+var startPolicy = retry.Policy{Try: 10 * time.Second, Backoff: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
+
+// begin is one try of Subscribe's start: the partition count, the group's buckets, the
+// watches and the membership. tctx bounds the try; what runs after it lives on ctx's values
+// only. On failure it leaves nothing behind.
+func begin(ctx, tctx context.Context, c jetbus.PartitionSubscriber, js JetStream, cfg Config, h jetbus.Handler,
+	opts []jetbus.SubscribeOption, ackWait time.Duration) (*Subscriber, *MemberWatcher, natsjs.KeyWatcher, *Membership, error) {
+	n, err := c.Partitions(tctx, cfg.Topic)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if n < 1 {
+		return nil, nil, nil, nil, fmt.Errorf("%w: %s reports %d", ErrNoPartitions, cfg.Topic, n)
+	}
+	g, err := OpenGroup(tctx, js, cfg)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	s := &Subscriber{
+		c: c, js: js, g: g, cfg: g.cfg, to: g.timeout, h: h, opts: slices.Clone(opts), n: n,
+		log:     g.cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group, "member", g.cfg.MemberID),
+		stopCh:  make(chan struct{}),
+		done:    make(chan struct{}),
+		owned:   make(map[int]*Lease),
+		dirty:   make(map[int]time.Time),
+		ackWait: ackWait,
+	}
+	s.runCtx, s.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.subCtx, s.subCancel = context.WithCancel(context.WithoutCancel(ctx))
+	fail := func(err error, undo ...func()) (*Subscriber, *MemberWatcher, natsjs.KeyWatcher, *Membership, error) {
+		for _, u := range undo {
+			u()
+		}
+		s.runCancel()
+		s.subCancel()
+		return nil, nil, nil, nil, err
+	}
+	mw, err := g.watchMembers(s.runCtx)
+	if err != nil {
+		return fail(err)
+	}
+	aw, err := g.watchAssignment(s.runCtx)
+	if err != nil {
+		return fail(fmt.Errorf("partition: watch assignment: %w", retry.Opaque(err)), mw.Stop)
+	}
+	m, err := g.Join(s.runCtx)
+	if err != nil {
+		return fail(err, mw.Stop, func() { _ = aw.Stop() })
+	}
+	return s, mw, aw, m, nil
 }
 
 // MemberID returns this member's ID in the group.

@@ -3,6 +3,7 @@ package projection_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,12 +23,14 @@ import (
 	"github.com/jetbus/jetbus/projection"
 )
 
-// Benchmark shape (issue 12): 16 partitions, 100k events over 10k keys.
+// Benchmark shape: 16 partitions, 100k events over 10k keys. The projection runs with its
+// default configuration (what users run); the raw pipeline fetches and writes batches of
+// benchRawBatch.
 const (
 	benchEvents     = 100_000
 	benchKeys       = 10_000
 	benchPartitions = 16
-	benchBatch      = 100
+	benchRawBatch   = 500
 )
 
 // benchEnv is the stream every side of BenchmarkChangelog reads, and the database they write.
@@ -72,7 +75,7 @@ func (be *benchEnv) caughtUp(b *testing.B, group string) {
 }
 
 func (be *benchEnv) config(name string) projection.Config {
-	return projection.Config{Name: name, Topic: "orders", Database: be.db.Name(), Collection: name, BatchSize: benchBatch}
+	return projection.Config{Name: name, Topic: "orders", Database: be.db.Name(), Collection: name}
 }
 
 // benchRound counts BenchmarkChangelog's iterations in this process.
@@ -81,7 +84,7 @@ var benchRound int
 // BenchmarkChangelog compares, in one run on the same servers and the same stream, a
 // changelog projection with the seeds' way (one upsert UpdateOne per event, acknowledged
 // after it) and with raw nats.go + driver code doing the same work by hand (16 pull
-// consumers fetching 100, each batch coalesced per key into ONE unordered BulkWrite of
+// consumers fetching benchRawBatch (500), each batch coalesced per key into ONE unordered BulkWrite of
 // ReplaceOne upserts, then acknowledged: no version guard, no dead letters, no checkpoint);
 // it also reports a transactional projection's rate (one upsert per event in the batch's
 // transaction). The sides alternate and rotate which goes first. Each side is timed from its
@@ -220,7 +223,7 @@ func benchRaw(b *testing.B, be *benchEnv, group string) int {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				batch, err := cons.Fetch(benchBatch, natsjs.FetchMaxWait(100*time.Millisecond))
+				batch, err := cons.Fetch(benchRawBatch, natsjs.FetchMaxWait(100*time.Millisecond))
 				if err != nil {
 					continue
 				}
@@ -275,4 +278,64 @@ func benchRaw(b *testing.B, be *benchEnv, group string) int {
 	cancel()
 	wg.Wait()
 	return benchEvents
+}
+
+// BenchmarkChangelogLatency measures, with the default configuration, how long an event
+// published at a low rate (10 events a second) takes to become visible in the view: from
+// before the publish until a read of the key returns its version. It reports p50, p99 and
+// Linger; the target is p50 ≤ Linger + 20 ms (a quiet topic adds at most Linger).
+func BenchmarkChangelogLatency(b *testing.B) {
+	const (
+		rate   = 10
+		events = 50
+	)
+	s := embeddedtest.NATS(b)
+	bus := embeddedtest.Bus(b, s.ClientURL())
+	db := embeddedtest.Mongo(b)
+	ctx := b.Context()
+	require.NoError(b, bus.EnsureTopic(ctx, jetstream.TopicConfig{Name: "orders", Partitions: benchPartitions}))
+	q, err := dlq.Open(ctx, bus.JetStream(), dlq.Config{})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = q.Close() })
+	cfg := projection.Config{Name: "latency", Topic: "orders", Database: db.Name(), Collection: "latency"}
+	c, err := projection.NewChangelog(bus, db.Client(), q, cfg)
+	require.NoError(b, err)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	defer func() { cancel(); require.NoError(b, <-done) }()
+	coll := db.Collection("latency")
+	visible := func(key string, seq uint64) bool {
+		err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}, {Key: "_v", Value: bson.D{{Key: "$gte", Value: int64(seq)}}}}).Err()
+		return err == nil
+	}
+	// Warm up: the group's consumers exist and own their partitions.
+	ev, err := bus.Publish(ctx, "orders", map[string]int{"n": -1}, jetbus.WithKey("warm"))
+	require.NoError(b, err)
+	require.Eventually(b, func() bool { return visible("warm", ev.Seq) }, time.Minute, time.Millisecond)
+
+	var took []time.Duration
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	b.ResetTimer()
+	for range b.N {
+		for i := range events {
+			<-tick.C
+			key := "k" + strconv.Itoa(i)
+			t0 := time.Now()
+			ev, err := bus.Publish(ctx, "orders", map[string]int{"n": i}, jetbus.WithKey(key))
+			require.NoError(b, err)
+			for !visible(key, ev.Seq) {
+				require.Less(b, time.Since(t0), time.Minute, "event %d never became visible", i)
+				time.Sleep(200 * time.Microsecond)
+			}
+			took = append(took, time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	q50, q99 := took[len(took)/2], took[min(len(took)-1, len(took)*99/100)]
+	b.ReportMetric(float64(q50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(q99.Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(projection.DefaultLinger.Microseconds())/1000, "linger-ms")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +72,9 @@ func NewChangelog(bus Bus, client *mongo.Client, dl DeadLetters, cfg Config, opt
 	m.seed(cfg.Name)
 	c := &Changelog{cfg: cfg, bus: bus, db: client.Database(cfg.Database), dl: dl, set: set, m: m,
 		pl: planner{mode: cfg.Mode, tomb: cfg.Tombstones, custom: set.writeModels != nil, retention: cfg.DeletedRetention, now: time.Now}}
+	if cfg.Version != "" && set.writeModels == nil && cfg.MaxVersionStep < UnboundedVersionStep {
+		c.pl.step = cfg.MaxVersionStep
+	}
 	c.dec.mode = cfg.Mode
 	if cfg.Version != "" {
 		c.dec.version, _ = parsePointer(cfg.Version)
@@ -258,9 +263,13 @@ func (c *Changelog) decode(en *entry) {
 		en.ev = ch
 		if c.dec.version != nil && !en.d.Tombstone() {
 			at, ok := c.dec.version.lookup(gjson.ParseBytes(en.d.Payload))
+			if !ok {
+				en.deadLetter(dataErrorf("event %s: the payload has no version at %s", en.d.ID, c.dec.version))
+				return
+			}
 			v, err := integer(at)
-			if !ok || err != nil {
-				en.deadLetter(dataErrorf("event %s: no integer version at %s", en.d.ID, c.dec.version))
+			if err != nil {
+				en.deadLetter(dataErrorf("event %s: the version at %s %v", en.d.ID, c.dec.version, err))
 				return
 			}
 			ch.ver = v
@@ -337,10 +346,15 @@ func (v *view) ensureIndexes(ctx context.Context) error {
 	return nil
 }
 
-// keyEvents is one key's events in a batch, in stream order.
+// keyEvents is one key's events in a batch, in stream order: all of them, and those that
+// apply (chain, chainOver), which the key's writes carry. known says they were judged over
+// the stored version (chainOver): a stored version only rises, so the guard's floor cannot
+// refuse their writes.
 type keyEvents struct {
-	key string
-	evs []*entry
+	key   string
+	all   []*entry
+	evs   []*entry
+	known bool
 }
 
 // apply implements strategy. It writes one batch: each key's events coalesced into as few writes as possible (one,
@@ -368,26 +382,15 @@ func (v *view) apply(ctx context.Context, _ *partState, b *batch) error {
 		}
 		k.evs = append(k.evs, en)
 	}
-	// An event not newer than an earlier one of its key in the batch never applies.
-	for _, k := range keys {
-		kept := k.evs[:0:0]
-		var top int64
-		for i, en := range k.evs {
-			if ver := changeOf(en).ver; i == 0 || ver > top {
-				kept = append(kept, en)
-				top = ver
-			} else {
-				en.out = outStale
-			}
-		}
-		k.evs = kept
-	}
 	var pre map[string]bson.Raw
 	if v.hist != nil {
 		var err error
 		if pre, err = v.preRead(ctx, b, keys); err != nil {
 			return err
 		}
+	}
+	if err := v.chains(ctx, keys, pre); err != nil {
+		return err
 	}
 	if err := v.rounds(ctx, keys); err != nil {
 		return err
@@ -398,6 +401,151 @@ func (v *view) apply(ctx context.Context, _ *partState, b *batch) error {
 		}
 	}
 	return advanceCheckpoint(ctx, v.cps, CheckpointID(v.group, b.topic, b.p), maxSeq)
+}
+
+// chains keeps, of each key's events, those that apply in stream order (keyEvents.evs); the
+// others are stale or, too far above the version before them, dead-lettered. An event not
+// newer than an earlier one of its key in the batch never applies. Not knowing the stored
+// version, the first event is kept and its write's guard judges it (rounds); a key whose
+// versions rise by more than the step from one event to the next — a producer jumping, rare
+// — has its stored version read first. With history the stored versions are known (pre).
+func (v *view) chains(ctx context.Context, keys []*keyEvents, pre map[string]bson.Raw) error {
+	pl := &v.c.pl
+	var unknown []*keyEvents
+	for _, k := range keys {
+		k.all = k.evs
+		switch {
+		case pre != nil && pl.step > 0:
+			cur, has := storedVersion(pre[k.key])
+			pl.chainOver(k, cur, has)
+		case !pl.chain(k):
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	stored, err := v.readVersions(ctx, unknown)
+	if err != nil {
+		return err
+	}
+	for _, k := range unknown {
+		sv := stored[k.key]
+		pl.chainOver(k, sv.ver, sv.has)
+	}
+	return nil
+}
+
+// chain keeps k's events that apply after its first one, whose write's guard judges it, and
+// marks the others stale. It returns false, keeping nothing, when an event is more than the
+// step above the one kept before it: whether that one applies depends on the stored version
+// (chainOver).
+func (pl *planner) chain(k *keyEvents) bool {
+	kept := k.all[:0:0]
+	var top int64
+	for i, en := range k.all {
+		ver := changeOf(en).ver
+		switch {
+		case i == 0 || (ver > top && !pl.tooFar(top, ver)):
+			kept = append(kept, en)
+			top = ver
+		case ver <= top:
+			en.out = outStale
+		default:
+			return false
+		}
+	}
+	k.evs = kept
+	return true
+}
+
+// chainOver keeps k's events that apply in stream order over the stored version cur (has:
+// there is one): each newer than the last applied and not more than the step above it. The
+// others are stale, or dead-lettered. Events an earlier round wrote are left as they are.
+func (pl *planner) chainOver(k *keyEvents, cur int64, has bool) {
+	kept := k.all[:0:0]
+	for _, en := range k.all {
+		switch en.out {
+		case outWritten, outCoalesced, outDeadLetter:
+			continue
+		}
+		en.out = outPending
+		ver := changeOf(en).ver
+		switch {
+		case has && ver <= cur:
+			en.out = outStale
+		case has && pl.tooFar(cur, ver):
+			en.deadLetter(dataErrorf("event %s: version %d is more than max_version_step (%d) above the key's version %d: refused, so that one event cannot put the key beyond the reach of every later version",
+				en.d.ID, ver, pl.step, cur))
+		default:
+			kept = append(kept, en)
+			cur, has = ver, true
+		}
+	}
+	k.evs, k.known = kept, true
+}
+
+// storedVer is a key's stored version; has is false when the key has no document, or one
+// without a version.
+type storedVer struct {
+	ver int64
+	has bool
+}
+
+// readVersions reads the stored versions of keys.
+func (v *view) readVersions(ctx context.Context, keys []*keyEvents) (map[string]storedVer, error) {
+	ids := make(bson.A, 0, len(keys))
+	for _, k := range keys {
+		ids = append(ids, k.key)
+	}
+	cur, err := v.coll.Find(ctx, bson.D{{Key: fieldID, Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: fieldVersion, Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(ctx)
+	m := make(map[string]storedVer, len(keys))
+	for cur.Next(ctx) {
+		if id, ok := cur.Current.Lookup(fieldID).StringValueOK(); ok {
+			ver, has := storedVersion(cur.Current)
+			m[id] = storedVer{ver: ver, has: has}
+		}
+	}
+	return m, cur.Err()
+}
+
+// storedVersion returns the version of a stored view document, as the guards compare it: a
+// missing or null _v is no version; a number is its integer part; anything else sorts below
+// every number (MinKey) or above (strings, documents, …).
+func storedVersion(doc bson.Raw) (int64, bool) {
+	if doc == nil {
+		return 0, false
+	}
+	v := doc.Lookup(fieldVersion)
+	var f float64
+	switch v.Type {
+	case bson.TypeInt64:
+		return v.Int64(), true
+	case bson.TypeInt32:
+		return int64(v.Int32()), true
+	case 0, bson.TypeNull, bson.TypeUndefined:
+		return 0, false
+	case bson.TypeMinKey:
+		return math.MinInt64, true
+	case bson.TypeDouble:
+		f = v.Double()
+	case bson.TypeDecimal128:
+		f, _ = strconv.ParseFloat(v.Decimal128().String(), 64)
+	default:
+		return math.MaxInt64, true
+	}
+	switch {
+	case math.IsNaN(f) || f < math.MinInt64:
+		return math.MinInt64, true // NaN sorts below every number
+	case f >= math.MaxInt64:
+		return math.MaxInt64, true
+	}
+	return int64(math.Floor(f)), true
 }
 
 // rounds writes the keys' steps: round r writes the r-th step of every key that has one, in
@@ -453,10 +601,17 @@ func (v *view) rounds(ctx context.Context, keys []*keyEvents) error {
 				}
 			}
 		}
+		var after map[int]storedVer
 		if res != nil {
 			writes := int64(len(models) - len(refused))
 			applied := res.ModifiedCount + res.UpsertedCount + res.DeletedCount
-			c.m.write(c.cfg.Name, applied, max(writes-applied, 0))
+			if c.pl.step > 0 && writes > applied {
+				// Some writes changed nothing: stale, or refused by the guard's floor.
+				if after, err = v.unapplied(ctx, keys, queues, refused); err != nil {
+					return err
+				}
+			}
+			c.m.write(c.cfg.Name, applied, max(writes-applied-int64(len(after)), 0))
 		}
 		for i, q := range queues {
 			if len(q) == 0 {
@@ -464,7 +619,18 @@ func (v *view) rounds(ctx context.Context, keys []*keyEvents) error {
 			}
 			s := q[0]
 			de, bad := refused[i]
+			sv, far := after[i]
 			switch {
+			case far && !sv.has:
+				// The document is gone since (deleted, expired): write the step again.
+			case far:
+				// Its first event is more than the step above the stored version: judge
+				// the key's events again over it.
+				c.pl.chainOver(keys[i], sv.ver, true)
+				queues[i] = nil
+				if evs := keys[i].evs; len(evs) > 0 {
+					queues[i] = c.pl.plan(keys[i].key, evs)
+				}
 			case !bad:
 				s.settle()
 				queues[i] = q[1:]
@@ -481,6 +647,44 @@ func (v *view) rounds(ctx context.Context, keys []*keyEvents) error {
 			}
 		}
 	}
+}
+
+// unapplied reads, after a round in which some writes changed nothing, the stored versions
+// of the round's keys whose events were not judged over their stored version, and returns
+// those of the keys whose step did not apply although it was newer: the guard's floor
+// refused it (keyed by key index), or the document is gone (no version). A step whose last
+// event is not above the stored version was stale, or applied. This read is the rare path:
+// a stale write (a redelivery, a replay) or a producer's jump.
+func (v *view) unapplied(ctx context.Context, keys []*keyEvents, queues [][]*step, refused map[int]*DataError) (map[int]storedVer, error) {
+	judged := func(i int) bool {
+		_, bad := refused[i]
+		return len(queues[i]) > 0 && !bad && !keys[i].known
+	}
+	var written []*keyEvents
+	for i := range queues {
+		if judged(i) {
+			written = append(written, keys[i])
+		}
+	}
+	if len(written) == 0 {
+		return nil, nil
+	}
+	stored, err := v.readVersions(ctx, written)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]storedVer{}
+	for i, q := range queues {
+		if !judged(i) {
+			continue
+		}
+		s := q[0]
+		sv := stored[keys[i].key]
+		if !sv.has || sv.ver < changeOf(s.events[len(s.events)-1]).ver {
+			out[i] = sv
+		}
+	}
+	return out, nil
 }
 
 // settle records the outcome of a step that was written: its last event's effect is in

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -38,7 +39,7 @@ const (
 const (
 	DefaultMode         = Replace
 	DefaultTombstones   = DeleteTombstones
-	DefaultBatchSize    = 100
+	DefaultBatchSize    = 500
 	MaxBatchSize        = 10000
 	DefaultLinger       = 5 * time.Millisecond
 	DefaultStopTimeout  = 5 * time.Second
@@ -46,6 +47,13 @@ const (
 	DefaultAckTimeout   = 30 * time.Second
 	// DefaultDeletedRetention is Config.DeletedRetention's default.
 	DefaultDeletedRetention = 24 * time.Hour
+	// DefaultMaxVersionStep is Config.MaxVersionStep's default, 2^50: what a version counted
+	// in milliseconds moves in 35,000 years, in microseconds in 35 years, in nanoseconds in
+	// 13 days.
+	DefaultMaxVersionStep int64 = 1 << 50
+	// UnboundedVersionStep as Config.MaxVersionStep lets one event move a key's version by
+	// any amount (versions are at most math.MaxInt64).
+	UnboundedVersionStep int64 = math.MaxInt64
 )
 
 // Index is a secondary index of a changelog projection's collection, created at start.
@@ -81,8 +89,18 @@ type Config struct {
 	// Version is a JSON pointer (RFC 6901) to the version in the payload, e.g. "/version":
 	// an integer. Empty: the event's stream sequence. A write applies only over a smaller
 	// version. A tombstone has no payload: with a Version pointer it carries its version in
-	// the header x-version (decimal); one without is dead-lettered.
+	// the header x-version (decimal); one without is dead-lettered. A version is an integer
+	// from 0 to math.MaxInt64; an event with any other is dead-lettered.
 	Version string
+	// MaxVersionStep bounds, with Version, how far one event moves a key's version: an event
+	// whose version is more than MaxVersionStep above the key's stored version is
+	// dead-lettered, not applied, so that one event (a producer's bug, a hostile client)
+	// cannot put a key out of reach of every later version — 2^63-1 after 5 would otherwise
+	// make every later event of the key stale. A key with no stored version takes any
+	// version. Default DefaultMaxVersionStep; UnboundedVersionStep removes the bound. It
+	// does not apply with WithWriteModels (the write models guard themselves) nor to stream
+	// sequences (without Version), which producers do not choose.
+	MaxVersionStep int64
 	// Tombstones is DeleteTombstones (default) or KeepTombstones. Either way a tombstone
 	// leaves a marker {_id, _v, _ts, _topic, _deleted: true} that readers treat as absent and
 	// that keeps the key's version, so an older event arriving later cannot bring the key
@@ -99,10 +117,13 @@ type Config struct {
 	// "<collection>_history" with a TTL index expiring it after History.
 	History time.Duration
 	// BatchSize is the most events written per bulk write (transaction, for a
-	// transactional projection): default DefaultBatchSize, at most MaxBatchSize.
+	// transactional projection) and fetched at once: default DefaultBatchSize, at most
+	// MaxBatchSize. It is an upper bound: batches grow toward it with the backlog and shrink
+	// when the topic is quiet (see the package doc, "How a batch is written").
 	BatchSize int
 	// Linger is how long a partition waits for a batch to fill before writing what it has
-	// (default DefaultLinger). It bounds the latency a quiet topic adds.
+	// (default DefaultLinger). It bounds the latency a quiet topic adds; under a backlog
+	// batches fill to BatchSize before it passes.
 	Linger time.Duration
 	// MaxInFlight bounds the events of one partition delivered and not yet written and
 	// acknowledged (default 4×BatchSize, at least BatchSize).
@@ -203,6 +224,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: WriteTimeout must not be negative, got %s", ErrInvalidConfig, c.WriteTimeout)
 	case c.StopTimeout < 0:
 		return fmt.Errorf("%w: StopTimeout must not be negative, got %s", ErrInvalidConfig, c.StopTimeout)
+	case c.MaxVersionStep < 0:
+		return fmt.Errorf("%w: MaxVersionStep must be positive (UnboundedVersionStep for no bound), got %d", ErrInvalidConfig, c.MaxVersionStep)
 	}
 	ack := c.AckTimeout
 	if ack == 0 {
@@ -249,6 +272,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.MaxVersionStep == 0 {
+		c.MaxVersionStep = DefaultMaxVersionStep
 	}
 	if c.From == nil {
 		e := jetbus.Earliest()

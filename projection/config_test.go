@@ -40,3 +40,17 @@ func TestConfigMongoNames(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigMaxVersionStep: a negative MaxVersionStep is refused; 0 is the default, and
+// UnboundedVersionStep is valid.
+func TestConfigMaxVersionStep(t *testing.T) {
+	c := projection.Config{Name: "orders-view", Topic: "orders", Database: "shop", Collection: "orders", Version: "/v"}
+	c.MaxVersionStep = -1
+	err := c.Validate()
+	require.ErrorIs(t, err, projection.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "MaxVersionStep")
+	for _, step := range []int64{0, 1, projection.DefaultMaxVersionStep, projection.UnboundedVersionStep} {
+		c.MaxVersionStep = step
+		assert.NoError(t, c.Validate(), "%d", step)
+	}
+}

@@ -14,8 +14,11 @@
 //
 // A projection consumes its topic (and FanIn topics) as one consumer group through
 // partition.Subscribe with ManualAck deliveries. Each owned partition holds what it was
-// delivered and writes a batch when BatchSize events are held or the oldest waited Linger;
-// one batch at a time per partition, so a partition's writes are in stream order. After the
+// delivered and writes one batch at a time, so a partition's writes are in stream order.
+// Batches adapt to the load: a batch is written when BatchSize events are held (an upper
+// bound, default 500) or its oldest waited Linger (default 5ms), so under a backlog batches
+// fill up to BatchSize while the previous one is written, and a quiet topic's event waits
+// at most Linger. After the
 // write succeeded, what it refused is dead-lettered (reason "projection") and the whole batch
 // is acknowledged with one AckBatch. Nothing is acknowledged before its write landed: a
 // transient failure (network, not primary, write concern, timeouts) retries the batch with
@@ -27,7 +30,27 @@
 // keys of a round go into ONE unordered BulkWrite. Every write carries the version guard
 // ({$lt: ["$_v", version]} inside an update pipeline), so a redelivery, a replay from the
 // earliest event, or a partition that moved mid-batch is skipped by MongoDB itself, never
-// applied and never an error. A stale event costs a no-op write, not a read.
+// applied and never an error. A stale event costs a no-op write, not a read (with a Version
+// pointer, one read of the versions of a round's keys when some of its writes changed
+// nothing: see below).
+//
+// # Versions from the payload
+//
+// With Config.Version a producer chooses the versions, so they are bounded: an integer from
+// 0 to math.MaxInt64 (anything else is dead-lettered as it is decoded), and at most
+// Config.MaxVersionStep above the key's stored version — further, the event is dead-lettered
+// and the key keeps its version, so that one event (2^63-1 after 5) cannot make every later
+// event of its key stale. A key with no stored version takes any version. A batch keeps, per
+// key, the events that apply in stream order, each newer than the one before and within the
+// step of it; the guard also carries the floor (the first event's version minus the step:
+// {$gte: [{$ifNull: ["$_v", floor]}, floor]}), so a write whose first event is too far above
+// the stored version changes nothing. Such a write is told from a stale one by reading the
+// stored versions of the round's keys after it — only when the round's writes did not all
+// apply, and not for keys whose versions were read before writing (with history, or when a
+// key's versions jump by more than the step within the batch) — and its key's events are
+// judged again over the stored version. A replay judges every event again over what is
+// stored then: an event refused once may apply later, once its key's version came within
+// the step of it (as a replay of its dead letter would).
 //
 // # Choices, and why
 //
@@ -71,7 +94,8 @@
 //
 // projection_events_total{projection,outcome} (written, coalesced, stale, skipped,
 // dead_lettered), projection_writes_total{projection,result} (applied, stale: the version
-// guard kept a newer document), projection_batch_size, projection_write_seconds (one bulk
+// guard kept a newer document; a write refused by the step's floor is neither, its events are
+// dead_lettered), projection_batch_size, projection_write_seconds (one bulk
 // write or one commit), projection_retries_total, projection_fenced_total,
 // projection_lag{projection,topic,partition}, projection_generation and
 // projection_rebuild{projection,what} (done, total, rate, eta_seconds, generation).

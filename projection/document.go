@@ -184,11 +184,30 @@ func (dc *decoder) tombstoneVersion(d *jetbus.Delivery) (int64, error) {
 	if h == "" {
 		return 0, dataErrorf("event %s: a tombstone in a projection versioned by %s needs its version in the %s header; without it an older event could bring the key back", d.ID, dc.version, VersionHeader)
 	}
-	v, err := strconv.ParseInt(h, 10, 64)
+	v, err := parseVersion(h)
 	if err != nil {
-		return 0, dataErrorf("event %s: header %s %q is not a 64-bit integer", d.ID, VersionHeader, h)
+		return 0, dataErrorf("event %s: header %s %q %v", d.ID, VersionHeader, h, err)
 	}
 	return v, nil
+}
+
+// versionRange says what a version may be.
+const versionRange = "a version is an integer from 0 to 9223372036854775807"
+
+// parseVersion reads a version written in decimal: an integer from 0 to math.MaxInt64.
+func parseVersion(s string) (int64, error) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err == nil && v >= 0:
+		return v, nil
+	case err == nil:
+		return 0, fmt.Errorf("is negative: %s", versionRange)
+	case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(s, "-"):
+		return 0, fmt.Errorf("is above the largest version: %s", versionRange)
+	case errors.Is(err, strconv.ErrRange):
+		return 0, fmt.Errorf("is negative: %s", versionRange)
+	}
+	return 0, fmt.Errorf("is not an integer: %s", versionRange)
 }
 
 func jsonKind(r gjson.Result) string {
@@ -208,14 +227,16 @@ func jsonKind(r gjson.Result) string {
 	return "not JSON"
 }
 
-// integer reads a JSON integer that fits in 64 bits.
+// integer reads a version from JSON: an integer from 0 to math.MaxInt64, written without
+// fraction or exponent (7.0 and 7e0 are refused: a producer that writes them writes floats,
+// whose large values are not exact).
 func integer(r gjson.Result) (int64, error) {
 	if r.Type != gjson.Number {
 		return 0, fmt.Errorf("is %s, not an integer", jsonKind(r))
 	}
-	v, err := strconv.ParseInt(r.Raw, 10, 64)
+	v, err := parseVersion(r.Raw)
 	if err != nil {
-		return 0, fmt.Errorf("%s is not a 64-bit integer", r.Raw)
+		return 0, fmt.Errorf("%s %v", r.Raw, err)
 	}
 	return v, nil
 }

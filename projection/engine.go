@@ -187,7 +187,7 @@ func (e *engine) run(ctx context.Context) error {
 	return err
 }
 
-// pollLag reports the group's lag per partition every few seconds.
+// pollLag reports the group's lag per partition, in events and in seconds, every few seconds.
 func (e *engine) pollLag(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -199,8 +199,9 @@ func (e *engine) pollLag(ctx context.Context) {
 			if err != nil {
 				continue
 			}
+			now := time.Now()
 			for _, p := range c.Partitions {
-				e.m.setLag(e.name, topic, p.Partition, p.Pending+uint64(p.AckPending))
+				e.m.setLag(e.name, topic, p.Partition, p.Pending+uint64(p.AckPending), p.LagSeconds(now))
 			}
 		}
 		select {

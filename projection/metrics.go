@@ -26,6 +26,7 @@ type metrics struct {
 	retries    *prometheus.CounterVec   // projection
 	fenced     *prometheus.CounterVec   // projection
 	lag        *prometheus.GaugeVec     // projection, topic, partition
+	lagSeconds *prometheus.GaugeVec     // projection, topic, partition
 	generation *prometheus.GaugeVec     // projection
 	rebuild    *prometheus.GaugeVec     // projection, what: done | total | rate | eta_seconds | generation
 }
@@ -56,6 +57,9 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "projection_lag",
 			Help: "Events of a partition the projection's live group has not written and acknowledged yet."},
 			[]string{"projection", "topic", "partition"}),
+		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "projection_lag_seconds",
+			Help: "How far a projection's view is behind its topic in time: seconds since the oldest event of the partition not yet written and acknowledged was stored (0: none)."},
+			[]string{"projection", "topic", "partition"}),
 		generation: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "projection_generation",
 			Help: "The live generation of a projection (0 until its first rebuild)."},
 			[]string{"projection"}),
@@ -67,7 +71,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	if err := errors.Join(
 		promreg.Register(r, &m.events), promreg.Register(r, &m.writes), promreg.Register(r, &m.batch),
 		promreg.Register(r, &m.bulk), promreg.Register(r, &m.retries), promreg.Register(r, &m.fenced),
-		promreg.Register(r, &m.lag), promreg.Register(r, &m.generation), promreg.Register(r, &m.rebuild),
+		promreg.Register(r, &m.lag), promreg.Register(r, &m.lagSeconds), promreg.Register(r, &m.generation), promreg.Register(r, &m.rebuild),
 	); err != nil {
 		return nil, err
 	}
@@ -137,9 +141,10 @@ func (m *metrics) fence(name string) {
 	}
 }
 
-func (m *metrics) setLag(name, topic string, p int, lag uint64) {
+func (m *metrics) setLag(name, topic string, p int, lag uint64, seconds float64) {
 	if m != nil {
 		m.lag.WithLabelValues(name, topic, strconv.Itoa(p)).Set(float64(lag))
+		m.lagSeconds.WithLabelValues(name, topic, strconv.Itoa(p)).Set(seconds)
 	}
 }
 

@@ -54,6 +54,27 @@ type planner struct {
 	// retention is how long a deleted key's marker stays (delete mode); now is the clock.
 	retention time.Duration
 	now       func() time.Time
+	// step is Config.MaxVersionStep when it bounds the versions (a Version pointer, the
+	// built-in modes, a bound below UnboundedVersionStep); 0: no bound.
+	step int64
+}
+
+// floor is the least stored version over which a write carrying events from first on may
+// apply: first's version minus the step, or 0 (no floor: versions are never negative) when
+// that is not positive or there is no step. A key's versions may rise by at most the step
+// from one event to the next, so the events a write carries apply over a stored version in
+// [floor, last's version) — none of them over a lower one, where the first would move the
+// version too far (and every later one further).
+func (pl *planner) floor(first *entry) int64 {
+	if pl.step == 0 {
+		return 0
+	}
+	return max(changeOf(first).ver-pl.step, 0)
+}
+
+// tooFar reports whether version ver is more than the step above the stored version cur.
+func (pl *planner) tooFar(cur, ver int64) bool {
+	return pl.step > 0 && ver-pl.step > 0 && cur < ver-pl.step
 }
 
 // marker is the document tombstone c leaves: kept for good, or until the retention passed.
@@ -66,7 +87,7 @@ func (pl *planner) marker(c change) bsoncore.Document {
 }
 
 // plan returns the steps that apply evs: one key's events in stream order, each with a
-// version greater than the one before it. Events superseded by a later one (every earlier
+// version greater than the one before it and at most the step above it (chain). Events superseded by a later one (every earlier
 // event in replace mode, those before the last tombstone in merge mode) are accounted for by
 // the first step without being written.
 func (pl *planner) plan(key string, evs []*entry) []*step {
@@ -79,7 +100,7 @@ func (pl *planner) plan(key string, evs []*entry) []*step {
 	}
 	last := evs[len(evs)-1]
 	if pl.mode == Replace || changeOf(last).kind == kindTombstone {
-		s := pl.single(last)
+		s := pl.write(evs[0], last)
 		s.events, s.superseded = evs, len(evs)-1
 		return []*step{s}
 	}
@@ -110,17 +131,17 @@ func (pl *planner) plan(key string, evs []*entry) []*step {
 	if t >= 0 {
 		cur.events, cur.superseded = append(cur.events, evs[:t]...), t
 		tc := changeOf(evs[t])
-		stages = appendReplaceStage(stages, n, tc.ver, pl.marker(*tc))
+		stages = appendReplaceStage(stages, n, tc.ver, pl.floor(evs[0]), pl.marker(*tc))
 		cur.events = append(cur.events, evs[t])
 		n++
 	}
 	for _, e := range evs[t+1:] {
 		before := len(stages)
-		stages = appendMergeStage(stages, n, *changeOf(e))
+		stages = appendMergeStage(stages, n, *changeOf(e), pl.floor(e))
 		if n > 0 && len(stages) > maxStepBytes {
 			stages = stages[:before]
 			flush()
-			stages = appendMergeStage(stages, n, *changeOf(e))
+			stages = appendMergeStage(stages, n, *changeOf(e), pl.floor(e))
 		}
 		cur.events = append(cur.events, e)
 		n++
@@ -130,19 +151,24 @@ func (pl *planner) plan(key string, evs []*entry) []*step {
 }
 
 // single returns the step that applies e alone.
-func (pl *planner) single(e *entry) *step {
+func (pl *planner) single(e *entry) *step { return pl.write(e, e) }
+
+// write returns the step that writes e, carrying the events of its key from first to e (a
+// chain): its guard's floor is first's (floor).
+func (pl *planner) write(first, e *entry) *step {
 	c := *changeOf(e)
 	s := &step{key: c.key, events: []*entry{e}}
+	lo := pl.floor(first)
 	switch {
 	case pl.custom:
 		s.models = c.models
 	case c.kind == kindTombstone:
-		s.models = []mongo.WriteModel{replaceIfNewer(c.key, c.ver, pl.marker(c))}
+		s.models = []mongo.WriteModel{replaceIfNewer(c.key, c.ver, lo, pl.marker(c))}
 	case pl.mode == Replace:
-		s.models = []mongo.WriteModel{replaceIfNewer(c.key, c.ver, c.doc)}
+		s.models = []mongo.WriteModel{replaceIfNewer(c.key, c.ver, lo, c.doc)}
 	default:
 		idx, arr := bsoncore.AppendArrayStart(nil)
-		arr = appendMergeStage(arr, 0, c)
+		arr = appendMergeStage(arr, 0, c, lo)
 		arr, _ = bsoncore.AppendArrayEnd(arr, idx)
 		s.models = []mongo.WriteModel{upsertPipeline(c.key, arr)}
 	}
@@ -168,20 +194,21 @@ func upsertPipeline(key string, pipeline []byte) mongo.WriteModel {
 }
 
 // replaceIfNewer upserts doc as key's document unless the stored one has a version of ver or
-// more: [{$replaceWith: {$cond: {if: {$lt: ["$_v", ver]}, then: {$literal: doc}, else: "$$ROOT"}}}].
-// A missing document (and so a missing _v) is older than every version.
-func replaceIfNewer(key string, ver int64, doc bsoncore.Document) mongo.WriteModel {
+// more, or one below lo (when lo is positive): [{$replaceWith: {$cond: {if: <guard>, then:
+// {$literal: doc}, else: "$$ROOT"}}}] (appendGuard). A missing document (and so a missing _v)
+// is older than every version, and below no floor.
+func replaceIfNewer(key string, ver, lo int64, doc bsoncore.Document) mongo.WriteModel {
 	idx, arr := bsoncore.AppendArrayStart(make([]byte, 0, len(doc)+128))
-	arr = appendReplaceStage(arr, 0, ver, doc)
+	arr = appendReplaceStage(arr, 0, ver, lo, doc)
 	arr, _ = bsoncore.AppendArrayEnd(arr, idx)
 	return upsertPipeline(key, arr)
 }
 
-func appendReplaceStage(dst []byte, i int, ver int64, doc bsoncore.Document) []byte {
+func appendReplaceStage(dst []byte, i int, ver, lo int64, doc bsoncore.Document) []byte {
 	si, dst := bsoncore.AppendDocumentElementStart(dst, arrayKey(i))
 	ri, dst := bsoncore.AppendDocumentElementStart(dst, "$replaceWith")
 	ci, dst := bsoncore.AppendDocumentElementStart(dst, "$cond")
-	dst = appendGuard(dst, "if", ver)
+	dst = appendGuard(dst, "if", ver, lo)
 	li, dst := bsoncore.AppendDocumentElementStart(dst, "then")
 	dst = bsoncore.AppendDocumentElement(dst, "$literal", doc)
 	dst, _ = bsoncore.AppendDocumentEnd(dst, li)
@@ -194,14 +221,15 @@ func appendReplaceStage(dst []byte, i int, ver int64, doc bsoncore.Document) []b
 
 // appendMergeStage appends the $set stage of a merge event: each field it names is set (or
 // removed, for null) and the metadata updated, all only if the document is older than the
-// event. Every expression of a $set stage reads the stage's input, so the guard is the same
-// for all; _v comes last all the same.
-func appendMergeStage(dst []byte, i int, c change) []byte {
+// event (and not more than the step below it: lo, appendGuard). Every expression of a $set
+// stage reads the stage's input, so the guard is the same for all; _v comes last all the
+// same.
+func appendMergeStage(dst []byte, i int, c change, lo int64) []byte {
 	si, dst := bsoncore.AppendDocumentElementStart(dst, arrayKey(i))
 	ai, dst := bsoncore.AppendDocumentElementStart(dst, "$set")
 	elems, _ := c.doc.Elements()
 	for _, el := range elems {
-		dst = appendCondField(dst, c.ver, el.Key(), func(dst []byte) []byte {
+		dst = appendCondField(dst, c.ver, lo, el.Key(), func(dst []byte) []byte {
 			li, dst := bsoncore.AppendDocumentElementStart(dst, "1")
 			dst = bsoncore.AppendValueElement(dst, "$literal", el.Value())
 			dst, _ = bsoncore.AppendDocumentEnd(dst, li)
@@ -210,23 +238,23 @@ func appendMergeStage(dst []byte, i int, c change) []byte {
 	}
 	remove := func(dst []byte) []byte { return bsoncore.AppendStringElement(dst, "1", "$$REMOVE") }
 	for _, name := range c.unset {
-		dst = appendCondField(dst, c.ver, name, remove)
+		dst = appendCondField(dst, c.ver, lo, name, remove)
 	}
-	dst = appendCondField(dst, c.ver, fieldTS, func(dst []byte) []byte { return bsoncore.AppendDateTimeElement(dst, "1", c.ts) })
-	dst = appendCondField(dst, c.ver, fieldTopic, func(dst []byte) []byte { return bsoncore.AppendStringElement(dst, "1", c.topic) })
-	dst = appendCondField(dst, c.ver, fieldDeleted, remove)
-	dst = appendCondField(dst, c.ver, fieldExpires, remove)
-	dst = appendCondField(dst, c.ver, fieldVersion, func(dst []byte) []byte { return bsoncore.AppendInt64Element(dst, "1", c.ver) })
+	dst = appendCondField(dst, c.ver, lo, fieldTS, func(dst []byte) []byte { return bsoncore.AppendDateTimeElement(dst, "1", c.ts) })
+	dst = appendCondField(dst, c.ver, lo, fieldTopic, func(dst []byte) []byte { return bsoncore.AppendStringElement(dst, "1", c.topic) })
+	dst = appendCondField(dst, c.ver, lo, fieldDeleted, remove)
+	dst = appendCondField(dst, c.ver, lo, fieldExpires, remove)
+	dst = appendCondField(dst, c.ver, lo, fieldVersion, func(dst []byte) []byte { return bsoncore.AppendInt64Element(dst, "1", c.ver) })
 	dst, _ = bsoncore.AppendDocumentEnd(dst, ai)
 	dst, _ = bsoncore.AppendDocumentEnd(dst, si)
 	return dst
 }
 
-// appendCondField appends name: {$cond: [{$lt: ["$_v", ver]}, <then>, "$name"]}.
-func appendCondField(dst []byte, ver int64, name string, then func([]byte) []byte) []byte {
+// appendCondField appends name: {$cond: [<guard>, <then>, "$name"]} (appendGuard).
+func appendCondField(dst []byte, ver, lo int64, name string, then func([]byte) []byte) []byte {
 	fi, dst := bsoncore.AppendDocumentElementStart(dst, name)
 	ci, dst := bsoncore.AppendArrayElementStart(dst, "$cond")
-	dst = appendGuard(dst, "0", ver)
+	dst = appendGuard(dst, "0", ver, lo)
 	dst = then(dst)
 	dst = bsoncore.AppendStringElement(dst, "2", "$"+name)
 	dst, _ = bsoncore.AppendArrayEnd(dst, ci)
@@ -234,14 +262,42 @@ func appendCondField(dst []byte, ver int64, name string, then func([]byte) []byt
 	return dst
 }
 
-// appendGuard appends key: {$lt: ["$_v", ver]}.
-func appendGuard(dst []byte, key string, ver int64) []byte {
+// appendGuard appends key: {$lt: ["$_v", ver]}, the version guard; with a positive floor lo,
+// key: {$and: [{$lt: ["$_v", ver]}, {$gte: [{$ifNull: ["$_v", lo]}, lo]}]}: also not over a
+// stored version below lo (a missing one is below no floor).
+func appendGuard(dst []byte, key string, ver, lo int64) []byte {
 	gi, dst := bsoncore.AppendDocumentElementStart(dst, key)
+	if lo <= 0 {
+		dst = appendLess(dst, ver)
+		dst, _ = bsoncore.AppendDocumentEnd(dst, gi)
+		return dst
+	}
+	ai, dst := bsoncore.AppendArrayElementStart(dst, "$and")
+	li, dst := bsoncore.AppendDocumentElementStart(dst, "0")
+	dst = appendLess(dst, ver)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, li)
+	fi, dst := bsoncore.AppendDocumentElementStart(dst, "1")
+	gai, dst := bsoncore.AppendArrayElementStart(dst, "$gte")
+	ni, dst := bsoncore.AppendDocumentElementStart(dst, "0")
+	nai, dst := bsoncore.AppendArrayElementStart(dst, "$ifNull")
+	dst = bsoncore.AppendStringElement(dst, "0", "$"+fieldVersion)
+	dst = bsoncore.AppendInt64Element(dst, "1", lo)
+	dst, _ = bsoncore.AppendArrayEnd(dst, nai)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, ni)
+	dst = bsoncore.AppendInt64Element(dst, "1", lo)
+	dst, _ = bsoncore.AppendArrayEnd(dst, gai)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, fi)
+	dst, _ = bsoncore.AppendArrayEnd(dst, ai)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, gi)
+	return dst
+}
+
+// appendLess appends $lt: ["$_v", ver].
+func appendLess(dst []byte, ver int64) []byte {
 	ai, dst := bsoncore.AppendArrayElementStart(dst, "$lt")
 	dst = bsoncore.AppendStringElement(dst, "0", "$"+fieldVersion)
 	dst = bsoncore.AppendInt64Element(dst, "1", ver)
 	dst, _ = bsoncore.AppendArrayEnd(dst, ai)
-	dst, _ = bsoncore.AppendDocumentEnd(dst, gi)
 	return dst
 }
 

@@ -36,21 +36,25 @@ type genEvent struct {
 }
 
 // TestChangelogProperty: random streams — out-of-order payload versions, exact duplicates
-// (redeliveries of an event), tombstones — applied in random batch sizes, stopped at a random
-// point and restarted, then replayed from the earliest event: the view always equals the fold
-// of the stream under the version guard.
+// (redeliveries of an event), tombstones, versions jumping past max_version_step — applied in
+// random batch sizes, stopped at a random point and restarted, then replayed from the
+// earliest event: the view always equals the fold of the stream under the version guard, and
+// the dead letters are the events the fold refused.
 func TestChangelogProperty(t *testing.T) {
 	cases := []struct {
 		name    string
 		mode    projection.Mode
 		tomb    projection.Tombstones
 		version string
+		step    int64 // max_version_step; the stream jumps past it
 	}{
-		{"replace, sequence versions", projection.Replace, projection.DeleteTombstones, ""},
-		{"merge, sequence versions, keep tombstones", projection.Merge, projection.KeepTombstones, ""},
-		{"replace, payload versions out of order", projection.Replace, projection.DeleteTombstones, "/v"},
-		{"merge, payload versions out of order", projection.Merge, projection.DeleteTombstones, "/v"},
-		{"merge, payload versions, keep tombstones", projection.Merge, projection.KeepTombstones, "/v"},
+		{"replace, sequence versions", projection.Replace, projection.DeleteTombstones, "", 0},
+		{"merge, sequence versions, keep tombstones", projection.Merge, projection.KeepTombstones, "", 0},
+		{"replace, payload versions out of order", projection.Replace, projection.DeleteTombstones, "/v", 0},
+		{"merge, payload versions out of order", projection.Merge, projection.DeleteTombstones, "/v", 0},
+		{"merge, payload versions, keep tombstones", projection.Merge, projection.KeepTombstones, "/v", 0},
+		{"replace, payload versions jumping", projection.Replace, projection.DeleteTombstones, "/v", 8},
+		{"merge, payload versions jumping, keep tombstones", projection.Merge, projection.KeepTombstones, "/v", 8},
 	}
 	seeds := []uint64{1, 2}
 	if testing.Short() {
@@ -61,7 +65,7 @@ func TestChangelogProperty(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/seed %d", tc.name, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, uint64(len(tc.name))))
 				e := newEnv(t, "orders", 2)
-				evs := generate(rng, 300, 8, tc.version != "")
+				evs := generate(rng, 300, 8, tc.version != "", tc.step)
 				vers := map[int]int64{}
 				for i, ev := range evs {
 					var opts []jetbus.PublishOption
@@ -79,10 +83,12 @@ func TestChangelogProperty(t *testing.T) {
 						vers[i] = int64(pub.Seq)
 					}
 				}
-				want := fold(evs, vers, tc.mode)
+				want := map[string]*folded{}
+				refused := map[int]bool{} // events the step refused
+				fold(want, refused, evs, vers, tc.mode, tc.step)
 
 				cfg := e.config("orders-view")
-				cfg.Mode, cfg.Tombstones, cfg.Version = tc.mode, tc.tomb, tc.version
+				cfg.Mode, cfg.Tombstones, cfg.Version, cfg.MaxVersionStep = tc.mode, tc.tomb, tc.version, tc.step
 				run := func(batch int, until func() bool) {
 					cfg.BatchSize, cfg.Linger = batch, time.Duration(rng.IntN(5)+1)*time.Millisecond
 					r := start(t, e.changelog(cfg).Run)
@@ -109,10 +115,17 @@ func TestChangelogProperty(t *testing.T) {
 				})
 				run(1+rng.IntN(64), caughtUp)
 				assertFold(t, want, e.docs("view"), tc.tomb)
+				assert.Len(t, e.letters(), len(refused), "dead letters")
+				// A replay judges every event again over what is stored now; an event
+				// refused again is one dead letter (its ID is the event's).
+				fold(want, refused, evs, vers, tc.mode, tc.step)
 				require.NoError(t, e.bus.SetCursor(context.Background(), e.topic, "orders-view", jetbus.Earliest()))
 				run(1+rng.IntN(64), caughtUp)
 				assertFold(t, want, e.docs("view"), tc.tomb)
-				assert.Empty(t, e.letters())
+				assert.Len(t, e.letters(), len(refused), "dead letters after the replay")
+				if tc.step > 0 {
+					assert.NotEmpty(t, refused, "the stream jumped")
+				}
 			})
 		}
 	}
@@ -120,8 +133,9 @@ func TestChangelogProperty(t *testing.T) {
 
 // generate returns n events over keys keys: payloads of fields a, b, c (integers, or null to
 // unset in merge mode), a tenth tombstones, a tenth exact copies of an earlier event of the
-// key. With payload versions each key's versions come in a shuffled order.
-func generate(rng *rand.Rand, n, keys int, payloadVersions bool) []genEvent {
+// key. With payload versions each key's versions come in a shuffled order; with a step, an
+// eighth jump more than step above the key's versions so far.
+func generate(rng *rand.Rand, n, keys int, payloadVersions bool, step int64) []genEvent {
 	var evs []genEvent
 	next := map[string]int64{}
 	for range n {
@@ -140,6 +154,9 @@ func generate(rng *rand.Rand, n, keys int, payloadVersions bool) []genEvent {
 		ev := genEvent{key: key, ver: next[key]}
 		if payloadVersions && rng.IntN(3) == 0 {
 			ev.ver = max(1, ev.ver-int64(rng.IntN(6))) // older than some before it
+		}
+		if step > 0 && rng.IntN(8) == 0 {
+			ev.ver = next[key] + step + 1 + rng.Int64N(step) // the next ones do not follow it
 		}
 		if rng.IntN(10) != 0 {
 			ev.payload = map[string]any{}
@@ -161,9 +178,9 @@ func generate(rng *rand.Rand, n, keys int, payloadVersions bool) []genEvent {
 	return evs
 }
 
-// fold applies evs in stream order (vers[i] is event i's version) under the version guard.
-func fold(evs []genEvent, vers map[int]int64, mode projection.Mode) map[string]*folded {
-	out := map[string]*folded{}
+// fold applies evs in stream order (vers[i] is event i's version) to out under the version
+// guard and, with a step, max_version_step, adding the events the step refused to refused.
+func fold(out map[string]*folded, refused map[int]bool, evs []genEvent, vers map[int]int64, mode projection.Mode, step int64) {
 	for i, ev := range evs {
 		st := out[ev.key]
 		if st == nil {
@@ -172,6 +189,10 @@ func fold(evs []genEvent, vers map[int]int64, mode projection.Mode) map[string]*
 		}
 		v := vers[i]
 		if st.has && v <= st.ver {
+			continue
+		}
+		if step > 0 && st.has && v-st.ver > step {
+			refused[i] = true
 			continue
 		}
 		st.ver, st.has = v, true
@@ -202,7 +223,6 @@ func fold(evs []genEvent, vers map[int]int64, mode projection.Mode) map[string]*
 			}
 		}
 	}
-	return out
 }
 
 // nullField stands for a field stored as BSON null.

@@ -29,12 +29,23 @@ import (
 const maxLoadRSS = 768 << 20
 
 // TestHTTPLoad runs loadClients concurrent keep-alive clients against one projector process
-// for loadDuration, at loadRPS requests a second in all (JETBUS_LOAD_RPS overrides it), mixing conditional reads that end
+// for loadDuration, at loadRPS requests a second in all (JETBUS_LOAD_CLIENTS, JETBUS_LOAD_DURATION and
+// JETBUS_LOAD_RPS override them), mixing conditional reads that end
 // in 304, key reads, list pages and reads with ?after=&wait=. Nothing may fail with a 5xx
 // other than the documented 503s of the bounds, every request is answered, and the
 // process's memory stays under maxLoadRSS. The latencies are logged (BENCHMARKS.md keeps
 // the full run's, with the command); they are measured, not asserted.
 func TestHTTPLoad(t *testing.T) {
+	loadClients, loadDuration, rps := loadClients, loadDuration, loadRPS
+	if v, err := strconv.Atoi(os.Getenv("JETBUS_LOAD_CLIENTS")); err == nil && v > 0 {
+		loadClients = v
+	}
+	if v, err := time.ParseDuration(os.Getenv("JETBUS_LOAD_DURATION")); err == nil && v > 0 {
+		loadDuration = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("JETBUS_LOAD_RPS")); err == nil && v > 0 {
+		rps = v
+	}
 	bin := binaries(t, "")
 	s := embeddedtest.NATS(t)
 	db := embeddedtest.Mongo(t)
@@ -64,6 +75,7 @@ auth: {tokens: [{name: load, token: %s, views: [orders, ops]}]}
 		"--mongo-uri", embeddedtest.MongoURI(t), "--http-addr", "127.0.0.1:0")
 	base := "http://" + p.addr
 	require.Eventually(t, func() bool { code, _ := p.get("/readyz"); return code == 200 }, 60*time.Second, 20*time.Millisecond)
+	t.Logf("projector at %s (pid %d)", base, p.Cmd.Process.Pid)
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: loadClients, MaxConnsPerHost: loadClients,
 		IdleConnTimeout: time.Minute, DisableCompression: true}, Timeout: 30 * time.Second}
@@ -121,20 +133,18 @@ auth: {tokens: [{name: load, token: %s, views: [orders, ops]}]}
 			}
 		}
 	}()
-	rps := loadRPS
-	if v, err := strconv.Atoi(os.Getenv("JETBUS_LOAD_RPS")); err == nil && v > 0 {
-		rps = v
-	}
-	period := time.Duration(float64(time.Second) * loadClients / float64(rps))
+	period := time.Duration(float64(time.Second) * float64(loadClients) / float64(rps))
 	var wg sync.WaitGroup
 	for c := range loadClients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
-			// Spread the clients' first requests over one period.
-			tick := time.NewTicker(period)
-			defer tick.Stop()
+			// Spread the clients over one period: each starts its ticker at its own offset, so
+			// that the rate is even (tickers started together would fire together, every
+			// client at once, once a period).
 			first := time.NewTimer(time.Duration(rng.Int64N(int64(period))))
 			<-first.C
+			tick := time.NewTicker(period)
+			defer tick.Stop()
 			for time.Now().Before(deadline) {
 				k := fmt.Sprintf("o-%04d", rng.IntN(50))
 				var kind, path string
@@ -201,6 +211,7 @@ auth: {tokens: [{name: load, token: %s, views: [orders, ops]}]}
 			q(0.99).Round(10*time.Microsecond), d[len(d)-1].Round(10*time.Microsecond), codes[kind])
 	}
 	t.Log("\n" + report.String())
+
 	if out := os.Getenv("JETBUS_LOAD_RESULTS"); out != "" {
 		require.NoError(t, os.WriteFile(out, []byte(report.String()), 0o644))
 	}

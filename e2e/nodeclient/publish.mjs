@@ -31,7 +31,9 @@ const now = () => performance.timeOrigin + performance.now();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const out = (o) => process.stdout.write(JSON.stringify(o) + "\n");
 
-const nc = await connect({ servers, maxReconnectAttempts: -1, reconnectTimeWait: 100, name: "jetbus-e2e-node" });
+// --user and --pass: the NATS user it logs in as (deploy/nats/auth.conf's client: in.> only).
+const auth = args.user ? { user: args.user, pass: args.pass ?? "" } : {};
+const nc = await connect({ servers, maxReconnectAttempts: -1, reconnectTimeWait: 100, name: "jetbus-e2e-node", ...auth });
 const start = now();
 let acked = 0, failed = 0;
 

@@ -46,7 +46,8 @@ import (
 )
 
 func main() {
-	natsURL := flag.String("nats-url", "nats://127.0.0.1:4222", "NATS server URLs, comma-separated")
+	natsURL := flag.String("nats-url", "nats://127.0.0.1:4222", "NATS server URLs, comma-separated (nats://user:password@host:port to log in)")
+	inboxPrefix := flag.String("inbox-prefix", "_INBOX", "subject prefix of the replies to this process's requests: one untrusted clients may not subscribe to (deploy/README.md, NATS users)")
 	mongoURI := flag.String("mongo-uri", "mongodb://127.0.0.1:27017/?replicaSet=rs0&directConnection=true", "MongoDB URI (a replica set: transactions)")
 	database := flag.String("database", "shop", "database of the counts and the checkpoints")
 	collection := flag.String("collection", "order_counts", "collection of the counts")
@@ -56,15 +57,15 @@ func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, *natsURL, *mongoURI, *database, *collection, *topic, *name); err != nil {
+	if err := run(ctx, log, *natsURL, *inboxPrefix, *mongoURI, *database, *collection, *topic, *name); err != nil {
 		log.Error("counter stopped", "err", err)
 		os.Exit(1)
 	}
 	log.Info("counter stopped")
 }
 
-func run(ctx context.Context, log *slog.Logger, natsURL, mongoURI, database, collection, topic, name string) error {
-	nc, err := nats.Connect(natsURL, nats.Name("counter "+name), nats.MaxReconnects(-1))
+func run(ctx context.Context, log *slog.Logger, natsURL, inboxPrefix, mongoURI, database, collection, topic, name string) error {
+	nc, err := nats.Connect(natsURL, nats.Name("counter "+name), nats.MaxReconnects(-1), nats.CustomInboxPrefix(inboxPrefix))
 	if err != nil {
 		return fmt.Errorf("connect to NATS: %w", err)
 	}

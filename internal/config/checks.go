@@ -70,6 +70,13 @@ var checks = map[string]func(string) error{
 	"reply-prefix": func(s string) error {
 		return ingress.ValidateReplyPrefix(s) // the rule ingress.Config.Validate applies
 	},
+	"inbox-prefix": func(s string) error {
+		// nats.CustomInboxPrefix's rule, and a subject space that is not JetStream's or the system's.
+		if strings.ContainsAny(s, " \t\r\n*>") || strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".") || strings.Contains(s, "..") || strings.HasPrefix(s, "$") {
+			return fmt.Errorf("%q is not an inbox prefix: subject tokens without wildcards, not starting with $ nor ending in a dot (e.g. _INBOX_bridge)", s)
+		}
+		return nil
+	},
 	"path": func(string) error { return nil }, // resolved against the file's directory
 	"dir":  func(string) error { return nil }, // resolved, then checked by Load
 }

@@ -36,13 +36,14 @@ type Config struct {
 
 // NATS says how to reach NATS. At most one of creds, nkey, user/password and token is set.
 type NATS struct {
-	URLs     []string `yaml:"urls" check:"nats-url" default:"[nats://127.0.0.1:4222]" desc:"Server URLs; a list, or one comma-separated string." example:"[nats://n1:4222, nats://n2:4222]"`
-	Creds    string   `yaml:"creds" check:"path" desc:"User credentials file (JWT and NKey seed), as nsc writes it." example:"/etc/jetbus/nats.creds"`
-	NKey     string   `yaml:"nkey" check:"path" desc:"NKey seed file." example:"/etc/jetbus/user.nk"`
-	User     string   `yaml:"user" desc:"User name (with password)." example:"jetbus"`
-	Password string   `yaml:"password" secret:"true" desc:"Password (with user)." example:"${NATS_PASSWORD}"`
-	Token    string   `yaml:"token" secret:"true" desc:"Authentication token." example:"${NATS_TOKEN}"`
-	TLS      TLS      `yaml:"tls" desc:"TLS: a CA to verify the servers, and a client certificate for mutual TLS."`
+	URLs        []string `yaml:"urls" check:"nats-url" default:"[nats://127.0.0.1:4222]" desc:"Server URLs; a list, or one comma-separated string." example:"[nats://n1:4222, nats://n2:4222]"`
+	Creds       string   `yaml:"creds" check:"path" desc:"User credentials file (JWT and NKey seed), as nsc writes it." example:"/etc/jetbus/nats.creds"`
+	NKey        string   `yaml:"nkey" check:"path" desc:"NKey seed file." example:"/etc/jetbus/user.nk"`
+	User        string   `yaml:"user" desc:"User name (with password)." example:"jetbus"`
+	Password    string   `yaml:"password" secret:"true" desc:"Password (with user)." example:"${NATS_PASSWORD}"`
+	Token       string   `yaml:"token" secret:"true" desc:"Authentication token." example:"${NATS_TOKEN}"`
+	InboxPrefix string   `yaml:"inbox_prefix" default:"_INBOX" check:"inbox-prefix" desc:"Subject prefix of the replies to the process's own requests (JetStream API, KV reads, pulled events). Give each process a prefix of its own that untrusted clients may not subscribe to (deploy/README.md, NATS permissions): clients subscribe _INBOX.> for their replies, and would read the process's there." example:"_INBOX_bridge"`
+	TLS         TLS      `yaml:"tls" desc:"TLS: a CA to verify the servers, and a client certificate for mutual TLS."`
 }
 
 // TLS names PEM files.
@@ -160,12 +161,13 @@ type Projection struct {
 	Database         string        `yaml:"database" check:"database" desc:"Database of the collection (default mongo.database)."`
 	Collection       string        `yaml:"collection" required:"true" check:"collection" desc:"Collection written, one document per event key." example:"orders"`
 	Mode             string        `yaml:"mode" default:"replace" enum:"replace|merge" desc:"replace: the payload is the whole state; merge: the payload's top-level fields are set, its null fields unset."`
-	Version          string        `yaml:"version" check:"json-pointer" desc:"JSON pointer to the version in the payload (e.g. /version); empty: the stream sequence. Older versions never overwrite newer ones." example:"/version"`
+	Version          string        `yaml:"version" check:"json-pointer" desc:"JSON pointer to the version in the payload (e.g. /version); empty: the stream sequence. Older versions never overwrite newer ones. A version is an integer from 0 to 9223372036854775807 (a tombstone's in the x-version header); an event with another is dead-lettered." example:"/version"`
+	MaxVersionStep   int64         `yaml:"max_version_step" default:"1125899906842624" min:"1" desc:"With version: the most one event may raise its key's stored version. An event further above is dead-lettered, not applied, so that one event cannot put a key beyond every later version (2^63-1 after 5); a key with no stored version takes any version. The default, 2^50, is 35 years of microseconds (13 days of nanoseconds: raise it for those); 9223372036854775807 removes the bound." example:"1000000"`
 	Tombstones       string        `yaml:"tombstones" default:"delete" enum:"delete|keep" desc:"What a null payload does: delete the document, or keep it marked _deleted."`
 	Indexes          []Index       `yaml:"indexes" desc:"Secondary indexes created at start (idempotently); a view may sort only on a field that leads one."`
 	History          time.Duration `yaml:"history" desc:"Keep every applied version in <collection>_history for this long, for reads at a past time (0: no history)." example:"720h"`
-	BatchSize        int           `yaml:"batch_size" default:"100" min:"1" max:"10000" desc:"Events fetched and written per bulk write."`
-	Linger           time.Duration `yaml:"linger" default:"5ms" desc:"How long a partition waits for a batch to fill before writing what it has: the most latency a quiet topic adds."`
+	BatchSize        int           `yaml:"batch_size" default:"500" min:"1" max:"10000" desc:"The most events fetched and written per bulk write: batches grow toward it with the backlog and shrink when the topic is quiet."`
+	Linger           time.Duration `yaml:"linger" default:"5ms" desc:"How long a partition waits for a batch to fill before writing what it has: the most latency a quiet topic adds (under a backlog batches fill to batch_size first)."`
 	DeletedRetention time.Duration `yaml:"deleted_retention" default:"24h" min:"1" desc:"With tombstones: delete, how long a deleted key keeps a marker with its version (readers skip it) before MongoDB's TTL monitor removes it: an event of that key older than the tombstone arriving within this time cannot bring the key back."`
 }
 

@@ -19,7 +19,8 @@ type Check struct {
 
 // Endpoints are the handlers of the operations server.
 type Endpoints struct {
-	// Gatherer serves /metrics.
+	// Gatherer serves /metrics, with jetbus_group_lag_seconds (GroupLagSeconds) read from
+	// the status when Status is set, and jetbus_ready (Ready) from Checks when set.
 	Gatherer prometheus.Gatherer
 	// Checks decide /readyz, in order; each gets at most CheckTimeout.
 	Checks func() []Check
@@ -79,10 +80,21 @@ func (e Endpoints) Handler() *http.ServeMux {
 	if guard == nil {
 		guard = func(h http.Handler) http.Handler { return h }
 	}
-	if e.Gatherer != nil {
-		mux.Handle("GET /metrics", guard(promhttp.HandlerFor(e.Gatherer, promhttp.HandlerOpts{})))
-	}
 	status := newStatusCache(e.Status)
+	if e.Gatherer != nil {
+		g := e.Gatherer
+		if e.Status != nil || e.Checks != nil {
+			own := prometheus.NewRegistry()
+			if e.Status != nil {
+				own.MustRegister(newLagCollector(status))
+			}
+			if e.Checks != nil {
+				own.MustRegister(newReadyCollector(e.Checks))
+			}
+			g = prometheus.Gatherers{e.Gatherer, own}
+		}
+		mux.Handle("GET /metrics", guard(promhttp.HandlerFor(g, promhttp.HandlerOpts{})))
+	}
 	mux.Handle("GET /v1/ops/status", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if e.Status == nil {

@@ -37,21 +37,26 @@ func TestReadyz(t *testing.T) {
 		checks []ops.Check
 		code   int
 		body   string
+		metric []string // jetbus_ready's series on /metrics
 	}{
 		{"all pass", []ops.Check{{"nats", func(context.Context) error { return nil }}, {"setup", func(context.Context) error { return nil }}},
-			200, "[+]nats ok\n[+]setup ok\nreadyz check passed\n"},
+			200, "[+]nats ok\n[+]setup ok\nreadyz check passed\n", []string{`jetbus_ready{check="nats"} 1`, `jetbus_ready{check="setup"} 1`}},
 		{"one fails", []ops.Check{{"nats", func(context.Context) error { return nil }}, {"mongo", func(context.Context) error { return errors.New("no primary") }}},
-			503, "[+]nats ok\n[-]mongo failed: no primary\nreadyz check failed\n"},
+			503, "[+]nats ok\n[-]mongo failed: no primary\nreadyz check failed\n", []string{`jetbus_ready{check="nats"} 1`, `jetbus_ready{check="mongo"} 0`}},
 		{"a check that hangs is cut short", []ops.Check{{"jetstream", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }}},
-			503, "[-]jetstream failed: context deadline exceeded\nreadyz check failed\n"},
+			503, "[-]jetstream failed: context deadline exceeded\nreadyz check failed\n", []string{`jetbus_ready{check="jetstream"} 0`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(ops.Endpoints{Checks: func() []ops.Check { return tc.checks }}.Handler())
+			srv := httptest.NewServer(ops.Endpoints{Gatherer: prometheus.NewRegistry(), Checks: func() []ops.Check { return tc.checks }}.Handler())
 			defer srv.Close()
 			code, body := get(t, srv.URL+"/readyz")
 			assert.Equal(t, tc.code, code)
 			assert.Equal(t, tc.body, body)
+			_, body = get(t, srv.URL+"/metrics")
+			for _, m := range tc.metric {
+				assert.Contains(t, body, m)
+			}
 			code, body = get(t, srv.URL+"/healthz")
 			assert.Equal(t, 200, code, "alive whatever readiness says")
 			assert.Equal(t, "ok\n", body)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,8 +54,10 @@ type GroupStatus struct {
 	Partitioned bool           `json:"partitioned"`
 	Members     []MemberStatus `json:"members"`
 	// Balanced: every partition is owned by a live member that holds its lease.
-	Balanced   bool              `json:"balanced"`
-	Lag        uint64            `json:"lag"`
+	Balanced bool   `json:"balanced"`
+	Lag      uint64 `json:"lag"`
+	// LagSeconds is the largest of the partitions' LagSeconds.
+	LagSeconds float64           `json:"lag_seconds"`
 	Partitions []PartitionStatus `json:"partitions"`
 	// Error says what could not be read.
 	Error string `json:"error,omitempty"`
@@ -88,6 +91,9 @@ type PartitionStatus struct {
 	AckPending int    `json:"ack_pending"`
 	// Lag is Pending + AckPending: events of the partition the group has not finished.
 	Lag uint64 `json:"lag"`
+	// LagSeconds is how long the oldest of them has been stored (0 when Lag is 0): how far
+	// behind the group is in time (metric jetbus_group_lag_seconds).
+	LagSeconds float64 `json:"lag_seconds"`
 }
 
 // DLQStatus counts dead letters.
@@ -217,7 +223,7 @@ func Collect(ctx context.Context, src Source) (*Status, error) {
 		return strings.Compare(a.Group, b.Group)
 	})
 	for _, g := range refs {
-		st.Groups = append(st.Groups, groupStatus(ctx, src, g))
+		st.Groups = append(st.Groups, groupStatus(ctx, src, g, now()))
 	}
 	counts := src.DLQ
 	if counts == nil {
@@ -245,7 +251,7 @@ func consumerGroups(ctx context.Context, js JetStream, topic string) []string {
 	return out
 }
 
-func groupStatus(ctx context.Context, src Source, ref GroupRef) GroupStatus {
+func groupStatus(ctx context.Context, src Source, ref GroupRef, now time.Time) GroupStatus {
 	gs := GroupStatus{Topic: ref.Topic, Group: ref.Group, Members: []MemberStatus{}, Partitions: []PartitionStatus{}}
 	var errs []string
 	ps, err := partition.Status(ctx, src.JS, ref.Topic, ref.Group)
@@ -287,7 +293,9 @@ func groupStatus(ctx context.Context, src Source, ref GroupRef) GroupStatus {
 			p.Consumer = true
 			p.AckFloor, p.Delivered, p.Pending, p.AckPending = pc.AckFloor, pc.Delivered, pc.Pending, pc.AckPending
 			p.Lag = pc.Pending + uint64(pc.AckPending)
+			p.LagSeconds = roundSeconds(pc.LagSeconds(now))
 			gs.Lag += p.Lag
+			gs.LagSeconds = max(gs.LagSeconds, p.LagSeconds)
 		}
 	}
 	gs.Error = strings.Join(errs, "; ")
@@ -370,3 +378,6 @@ func (c *DLQCounts) sum() uint64 {
 	}
 	return n
 }
+
+// roundSeconds keeps milliseconds: a lag in time is read in seconds, not nanoseconds.
+func roundSeconds(s float64) float64 { return math.Round(s*1000) / 1000 }

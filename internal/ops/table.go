@@ -25,13 +25,13 @@ func WriteTable(w io.Writer, st *Status) error {
 	}
 	p("\n")
 
-	p("GROUP\tTOPIC\tMEMBERS\tBALANCED\tLAG\n")
+	p("GROUP\tTOPIC\tMEMBERS\tBALANCED\tLAG\tLAG SECONDS\n")
 	for _, g := range st.Groups {
 		bal := "-"
 		if g.Partitioned {
 			bal = yesNo(g.Balanced)
 		}
-		p("%s\t%s\t%d\t%s\t%d", g.Group, g.Topic, len(g.Members), bal, g.Lag)
+		p("%s\t%s\t%d\t%s\t%d\t%s", g.Group, g.Topic, len(g.Members), bal, g.Lag, seconds(g.LagSeconds))
 		if g.Error != "" {
 			p("\terror: %s", oneLine(g.Error))
 		}
@@ -39,12 +39,12 @@ func WriteTable(w io.Writer, st *Status) error {
 	}
 	p("\n")
 
-	p("GROUP\tTOPIC\tPARTITION\tOWNER\tLEASE\tLEASE OWNER\tRENEWED\tACK FLOOR\tDELIVERED\tPENDING\tACK PENDING\tLAG\n")
+	p("GROUP\tTOPIC\tPARTITION\tOWNER\tLEASE\tLEASE OWNER\tRENEWED\tACK FLOOR\tDELIVERED\tPENDING\tACK PENDING\tLAG\tLAG SECONDS\n")
 	for _, g := range st.Groups {
 		for _, pt := range g.Partitions {
-			pos := "-\t-\t-\t-\t-"
+			pos := "-\t-\t-\t-\t-\t-"
 			if pt.Consumer {
-				pos = fmt.Sprintf("%d\t%d\t%d\t%d\t%d", pt.AckFloor, pt.Delivered, pt.Pending, pt.AckPending, pt.Lag)
+				pos = fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%s", pt.AckFloor, pt.Delivered, pt.Pending, pt.AckPending, pt.Lag, seconds(pt.LagSeconds))
 			}
 			p("%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Group, g.Topic, pt.Partition, dash(pt.Owner), pt.Lease,
 				dash(pt.LeaseOwner), when(pt.LeaseRenewed), pos)
@@ -106,3 +106,8 @@ func when(t time.Time) string {
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+// seconds writes a lag in time: "0s", "1.5s", "2m3s".
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+}

@@ -13,9 +13,12 @@ import (
 )
 
 // NATSOptions returns the connection options of c: credentials, NKey, user and password or
-// token, and TLS, named name (as nats server's connz shows it).
+// token, TLS and the inbox prefix, named name (as nats server's connz shows it).
 func NATSOptions(c config.NATS, name string) ([]nats.Option, error) {
 	opts := []nats.Option{nats.Name(name)}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
+	}
 	switch {
 	case c.Creds != "":
 		opts = append(opts, nats.UserCredentials(c.Creds))

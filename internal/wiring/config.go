@@ -115,6 +115,7 @@ func projectionConfig(cfg *config.Config, p config.Projection) projection.Config
 		Name: p.Name, Topic: p.Topic, Database: database(cfg, p.Database), Collection: p.Collection,
 		Mode: projection.Mode(p.Mode), Version: p.Version, Tombstones: projection.Tombstones(p.Tombstones),
 		History: p.History, BatchSize: p.BatchSize, Linger: p.Linger, DeletedRetention: p.DeletedRetention,
+		MaxVersionStep: p.MaxVersionStep,
 	}
 	for _, ix := range p.Indexes {
 		pc.Indexes = append(pc.Indexes, projection.Index{Fields: ix.Fields, Unique: ix.Unique, Name: ix.Name})

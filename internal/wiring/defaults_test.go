@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -57,6 +58,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 	view := ac.Views[0]
 
 	checks := map[string][2]any{ // key path: {mapped value, package default}
+		"nats.inbox_prefix":             {cfg.NATS.InboxPrefix, strings.TrimSuffix(nats.InboxPrefix, ".")},
 		"mongo.database":                {pc.Database, snapshotapi.DefaultDatabase},
 		"http.request_timeout":          {ac.RequestTimeout, snapshotapi.DefaultRequestTimeout},
 		"http.max_connections":          {cfg.HTTP.MaxConnections, process.DefaultMaxConnections},
@@ -94,6 +96,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"projections.batch_size":        {pc.BatchSize, projection.DefaultBatchSize},
 		"projections.linger":            {pc.Linger, projection.DefaultLinger},
 		"projections.deleted_retention": {pc.DeletedRetention, projection.DefaultDeletedRetention},
+		"projections.max_version_step":  {pc.MaxVersionStep, projection.DefaultMaxVersionStep},
 		"views.max_limit":               {view.MaxLimit, snapshotapi.DefaultMaxLimit},
 		"views.cache_control":           {view.CacheControl, snapshotapi.DefaultCacheControl},
 		"auth.jwt.scope_claim":          {ac.JWT.ScopeClaim, snapshotapi.DefaultScopeClaim},
@@ -148,4 +151,21 @@ outbox: [{name: all, collection: outbox}, {name: narrow, collection: outbox2, to
 	require.NoError(t, err)
 	assert.Equal(t, []string{"orders", "refunds"}, outboxConfig(cfg, cfg.Outbox[0]).Topics)
 	assert.Equal(t, []string{"refunds"}, outboxConfig(cfg, cfg.Outbox[1]).Topics)
+}
+
+// TestProjectionMaxVersionStep: max_version_step reaches the projection, and the largest
+// version as the step is the package's UnboundedVersionStep.
+func TestProjectionMaxVersionStep(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "jetbus.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`
+mongo: {uri: "mongodb://127.0.0.1:27017/?replicaSet=rs0"}
+topics: [{name: orders}]
+projections:
+  - {name: a, topic: orders, collection: a, version: /v, max_version_step: 1000}
+  - {name: b, topic: orders, collection: b, version: /v, max_version_step: 9223372036854775807}
+`), 0o644))
+	cfg, err := config.Load(config.Options{File: file})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1000), projectionConfig(cfg, cfg.Projections[0]).MaxVersionStep)
+	assert.Equal(t, projection.UnboundedVersionStep, projectionConfig(cfg, cfg.Projections[1]).MaxVersionStep)
 }
