@@ -215,7 +215,8 @@ type Filter struct {
 	Key    string
 	// Since and Until bound the time the event was dead-lettered (Until exclusive).
 	Since, Until time.Time
-	// From skips the letters stored before it: a scan starts there. A replay that stopped
+	// From skips the letters stored before it: a scan starts there (the DLQ stream's, then
+	// the refusals'; a Position without a Stream is in StreamName). A replay that stopped
 	// early says where to go on from (ReplayReport.Resume). The zero Position starts at the
 	// oldest letter.
 	From Position
@@ -234,6 +235,9 @@ func (f *Filter) validate() error {
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return fmt.Errorf("%w: until %s is not after since %s", ErrInvalidFilter, f.Until, f.Since)
+	}
+	if f.From.Stream == "" && f.From.Seq > 0 {
+		f.From.Stream = StreamName // a bare sequence is the DLQ stream's
 	}
 	if f.From != (Position{}) && storeIndex(f.From.Stream) < 0 {
 		return fmt.Errorf("%w: from: %q is not a stream of the DLQ", ErrInvalidFilter, f.From.Stream)

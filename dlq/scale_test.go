@@ -109,6 +109,9 @@ func TestInterruptedReplayResumes(t *testing.T) {
 	oldest, err := e.q.List(context.Background(), dlq.Filter{}, 1)
 	require.NoError(t, err)
 	assert.Equal(t, oldest[0].Position(), first.Resume, "the resume position is the oldest letter left")
+	bare, err := e.q.List(context.Background(), dlq.Filter{From: dlq.Position{Seq: first.Resume.Seq}}, 1)
+	require.NoError(t, err)
+	assert.Equal(t, oldest[0].Position(), bare[0].Position(), "a sequence without a stream is the DLQ's")
 
 	second, err := e.q.Replay(context.Background(), e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "big", From: first.Resume}})
 	require.NoError(t, err)
