@@ -83,8 +83,10 @@ type ReplayReport struct {
 
 // Bounds of a replay: what it holds at once, whatever the number of letters.
 const (
-	// ReplayChunk letters (and at most replayChunkBytes of them) are replayed at a time;
-	// parking is released between chunks.
+	// ReplayChunk letters (and at most replayChunkBytes of them) are replayed at a time.
+	// With parking, the keys replayed are released once releaseBatch of them are waiting
+	// (after the chunk that reached it) and at the end, even when the replay was
+	// interrupted.
 	ReplayChunk      = 1000
 	replayChunkBytes = 4 << 20
 	// replayWorkers replay letters of different keys at once within a chunk; the letters of
@@ -96,10 +98,11 @@ const (
 	MaxBlockedKeys = 100_000
 	// MaxReportedFailures bounds ReplayReport.Failed.
 	MaxReportedFailures = 100
-	// releaseBatch is how many replayed keys are checked for release at once (one scan of
-	// the DLQ's headers for all of them); with parking on.
-	releaseBatch = 10_000
 )
+
+// releaseBatch is how many replayed keys are checked for release at once (one scan of the
+// DLQ's headers for all of them); with parking on. A variable for the tests.
+var releaseBatch = 10_000
 
 // ReplayID returns the event ID a letter is republished with: replaying the same letter
 // again (for example after a crash between the republish and the removal) is dropped as a
@@ -249,9 +252,7 @@ func (q *Queue) Replay(ctx context.Context, pub Publisher, opts ReplayOptions) (
 	}
 	// Keys whose letters were replayed are released even when ctx ended: they are no longer
 	// behind anything.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	relErr := r.release(rctx)
+	relErr := r.release(ctx)
 	if r.stopped != nil {
 		err = errors.Join(r.stopped, err)
 	}
@@ -360,8 +361,12 @@ func (r *replayer) flush(ctx context.Context) bool {
 		r.progress()
 	}
 	if len(r.touched) >= releaseBatch {
-		if err := r.release(ctx); err != nil && r.stopped == nil {
-			r.stopped = err
+		if err := r.release(ctx); err != nil {
+			r.mu.Lock()
+			if r.stopped == nil {
+				r.stopped = err // the keys not released stay in touched for the final release
+			}
+			r.mu.Unlock()
 		}
 	}
 	return ctx.Err() == nil && !r.isStopped()
@@ -417,11 +422,12 @@ func (r *replayer) one(ctx context.Context, l *Letter) result {
 	return result{ev: ev, err: err, handled: true}
 }
 
-// release releases the touched keys that have no letter left, and forgets them.
+// release releases the touched keys that have no letter left; it forgets the keys it
+// released and those with letters left, and keeps those it could not release for the next
+// call. It runs even when ctx ended (a replay interrupted by --timeout or a signal, whose
+// replayed keys must not stay parked with no letter), bounded by releaseTimeout.
 func (r *replayer) release(ctx context.Context) error {
-	err := r.q.release(ctx, r.touched)
-	clear(r.touched)
-	return err
+	return r.q.releaseDetached(ctx, r.touched)
 }
 
 // blockKey identifies a letter's group and key in 16 bytes, whatever the key's length.
@@ -530,10 +536,9 @@ func (q *Queue) Discard(ctx context.Context, f Filter, limit int) (int, error) {
 		}
 		chunk = chunk[:0]
 		if len(touched) >= releaseBatch {
-			if err := q.release(ctx, touched); err != nil {
-				failed = errors.Join(failed, err)
+			if err := q.releaseDetached(ctx, touched); err != nil {
+				failed = errors.Join(failed, err) // the keys not released stay for the final release
 			}
-			clear(touched)
 		}
 		return failed == nil && ctx.Err() == nil
 	}
@@ -552,15 +557,29 @@ func (q *Queue) Discard(ctx context.Context, f Filter, limit int) (int, error) {
 	if err == nil && failed == nil && len(chunk) > 0 {
 		flush()
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	return n, errors.Join(err, failed, q.release(rctx, touched))
+	return n, errors.Join(err, failed, q.releaseDetached(ctx, touched))
 }
 
 type parkRef struct{ group, stream, topic, key string }
 
+// releaseTimeout bounds one release of replayed or discarded keys, which runs even when the
+// caller's ctx ended.
+const releaseTimeout = time.Minute
+
+// releaseDetached is release on a context that ctx's end does not cancel, bounded by
+// releaseTimeout: keys whose letters are gone must not stay parked because the replay or
+// discard that removed them was interrupted.
+func (q *Queue) releaseDetached(ctx context.Context, touched map[parkRef]struct{}) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	return q.release(rctx, touched)
+}
+
 // release unparks every touched key that has no dead letter left in its group: one scan of
-// the headers of the DLQ stream's letters of the touched topics, whatever their number.
+// the headers of the DLQ stream's letters of the touched topics, whatever their number. It
+// removes from touched the keys it released and those that still have letters (they stay
+// parked, rightly); the keys it could not release stay in touched, and their errors are
+// joined. If the scan fails, touched is left as it was.
 func (q *Queue) release(ctx context.Context, touched map[parkRef]struct{}) error {
 	if !q.cfg.Parking || len(touched) == 0 {
 		return nil
@@ -584,15 +603,22 @@ func (q *Queue) release(ctx context.Context, touched map[parkRef]struct{}) error
 		return true
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("dlq: release keys: %w", err)
 	}
+	var errs []error
 	for r := range touched {
-		if left[r] {
-			continue
+		if !left[r] {
+			if err := q.unpark(ctx, r.group, r.stream, r.key); err != nil {
+				if len(errs) < MaxReportedFailures {
+					errs = append(errs, fmt.Errorf("dlq: release key %q: %w", r.key, retry.Opaque(err)))
+				}
+				continue
+			}
 		}
-		if err := q.unpark(ctx, r.group, r.stream, r.key); err != nil {
-			return fmt.Errorf("dlq: release key %q: %w", r.key, retry.Opaque(err))
-		}
+		delete(touched, r)
 	}
-	return nil
+	if len(errs) > 0 && len(touched) > len(errs) {
+		errs = append(errs, fmt.Errorf("dlq: %d keys not released in all", len(touched)))
+	}
+	return errors.Join(errs...)
 }

@@ -1,0 +1,9 @@
+package dlq
+
+// SetReleaseBatch sets how many replayed keys are released at once, for a test, and returns
+// a func restoring it.
+func SetReleaseBatch(n int) func() {
+	old := releaseBatch
+	releaseBatch = n
+	return func() { releaseBatch = old }
+}
