@@ -152,8 +152,10 @@ func (q *Queue) recordReplay(ctx context.Context, id string, rec replayRecord) e
 // replayedFor returns the group a replayed event is meant for, or "" for any other event. A
 // delivery whose ID has a record but whose topic, key or body differ from what Replay
 // published under it — someone else published with that ID — is an ordinary event: "" (counted
-// in dlq_replay_mismatches_total and logged). So is one whose record this version cannot read
-// (written by a jetbus before fingerprints: a duplicate for the other groups, never a loss).
+// in dlq_replay_mismatches_total and logged). A record written by a jetbus before
+// fingerprints holds the group's name alone: the replay passes that group (not dead-lettered
+// again as parked behind its own letter during an upgrade), and no other group skips it (a
+// duplicate for them, never a loss); a record this version cannot read at all is "".
 func (q *Queue) replayedFor(ctx context.Context, d *jetbus.Delivery) (string, error) {
 	if !strings.HasPrefix(d.ID, replayPrefix) {
 		return "", nil
@@ -167,8 +169,12 @@ func (q *Queue) replayedFor(ctx context.Context, d *jetbus.Delivery) (string, er
 	}
 	var rec replayRecord
 	why := ""
-	switch {
-	case json.Unmarshal(e.Value(), &rec) != nil || rec.Group == "" || rec.SHA256 == "":
+	switch v := e.Value(); {
+	case len(v) > 0 && v[0] != '{' && string(v) == d.Group:
+		return d.Group, nil // a legacy record, for this group
+	case len(v) > 0 && v[0] != '{':
+		why = "the replay record (written before fingerprints) is another group's"
+	case json.Unmarshal(v, &rec) != nil || rec.Group == "" || rec.SHA256 == "":
 		why = "the replay record has no fingerprint"
 	case rec.Topic != d.Topic:
 		why = "another topic"
