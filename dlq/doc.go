@@ -98,7 +98,8 @@
 // topic and key one after the other, in order, up to 64 keys at once), so its memory is
 // bounded; a million letters replay within about 30 MiB. The report keeps counts and the first
 // MaxReportedFailures failures (ReplayOptions.OnLetter sees every letter). Later letters of a
-// group and key whose letter failed are held back, for at most MaxBlockedKeys keys
+// group, topic and key whose letter failed are held back (a key's order is a topic's: its
+// letters of other topics or groups go on), for at most MaxBlockedKeys keys
 // (ErrTooManyFailures past them). Each letter is removed once its republish is stored, so an
 // interrupted replay loses nothing and replays nothing twice: ReplayReport.Resume is where a
 // later replay (Filter.From) goes on. Each, Count and Discard stream the same way; List returns

@@ -7,3 +7,11 @@ func SetReleaseBatch(n int) func() {
 	releaseBatch = n
 	return func() { releaseBatch = old }
 }
+
+// SetReplayChunk sets how many letters Replay replays at a time, for a test, and returns a
+// func restoring it.
+func SetReplayChunk(n int) func() {
+	old := chunkLetters
+	chunkLetters = n
+	return func() { chunkLetters = old }
+}

@@ -90,7 +90,9 @@ const (
 	ReplayChunk      = 1000
 	replayChunkBytes = 4 << 20
 	// replayWorkers replay letters of different keys at once within a chunk; the letters of
-	// one key (and topic) are replayed one after the other, in order.
+	// one topic and key (whatever their groups) are replayed one after the other, in order:
+	// a lane. A failed letter holds back the later letters of its group, topic and key, all
+	// in its lane, so what is held back never depends on the workers' timing.
 	replayWorkers = 64
 	// MaxBlockedKeys bounds the keys a replay remembers as failed (so as to hold their later
 	// letters back, keeping their order). A failure of one more key stops the replay
@@ -99,6 +101,9 @@ const (
 	// MaxReportedFailures bounds ReplayReport.Failed.
 	MaxReportedFailures = 100
 )
+
+// chunkLetters is ReplayChunk, a variable for the tests.
+var chunkLetters = ReplayChunk
 
 // releaseBatch is how many replayed keys are checked for release at once (one scan of the
 // DLQ's headers for all of them); with parking on. A variable for the tests.
@@ -200,8 +205,9 @@ func (q *Queue) replayedFor(ctx context.Context, d *jetbus.Delivery) (string, er
 // Replay republishes the dead letters matching opts.Filter, oldest first, through pub, and
 // removes each once its republish is acknowledged. See the package doc for what a replayed
 // event carries. A letter that fails to republish (e.g. a schema violation) stays and is
-// reported; the replay goes on with the others, except that later letters of the same group
-// and key are held back to keep their order.
+// reported; the replay goes on with the others, except that later letters of the same group,
+// topic and key are held back to keep their order (a key's order is a topic's: letters of
+// the key in other topics, or of other groups, go on).
 //
 // It streams: letters are read a fetch at a time and replayed ReplayChunk at a time (letters
 // of different keys at once, of one key in order), and the report keeps counts, not letters,
@@ -241,7 +247,7 @@ func (q *Queue) Replay(ctx context.Context, pub Publisher, opts ReplayOptions) (
 		}
 		r.chunk = append(r.chunk, l)
 		r.chunkBytes += len(l.Body) + 512
-		if len(r.chunk) >= ReplayChunk || r.chunkBytes >= replayChunkBytes {
+		if len(r.chunk) >= chunkLetters || r.chunkBytes >= replayChunkBytes {
 			return r.flush(ctx)
 		}
 		return true
@@ -280,7 +286,7 @@ type replayer struct {
 	limited     bool // Limit letters were selected and one more was read
 
 	mu      sync.Mutex
-	blocked map[[16]byte]struct{} // hashes of group and key of letters that failed
+	blocked map[[16]byte]struct{} // hashes of group, topic and key of letters that failed
 	stopped error                 // set when blocked is full: no letter is started after it
 
 	touched map[parkRef]struct{} // keys of replayed letters, to release (with parking)
@@ -394,7 +400,7 @@ func (r *replayer) isStopped() bool {
 	return r.stopped != nil
 }
 
-// one replays l unless an earlier letter of its group and key failed, or it is a refusal a
+// one replays l unless an earlier letter of its group, topic and key failed, or it is a refusal a
 // replay may not bypass. A letter once started is finished even if ctx ends meanwhile, so
 // that an interruption never leaves a republished letter in the DLQ for long.
 func (r *replayer) one(ctx context.Context, l *Letter) result {
@@ -406,7 +412,7 @@ func (r *replayer) one(ctx context.Context, l *Letter) result {
 	r.mu.Unlock()
 	switch {
 	case l.Key != "" && blocked:
-		err = fmt.Errorf("an earlier letter of key %q in group %s did not replay", l.Key, l.Group)
+		err = fmt.Errorf("an earlier letter of key %q of topic %s in group %s did not replay", l.Key, l.Topic, l.Group)
 	case l.Truncated():
 		err = fmt.Errorf("%w: only the first %d of its %d bytes were kept when ingress refused it (dlq.rejects.max_body; the whole body's SHA-256 is %s): it cannot be replayed, --force or not", ErrNotReplayable, len(l.Body), l.BodySize, l.BodySHA256)
 	case l.Rejected() && l.Group == ingressGroup && !r.opts.Force && !slices.Contains(r.opts.IngressTopics, l.Topic):
@@ -436,10 +442,14 @@ func (r *replayer) release(ctx context.Context) error {
 	return r.q.releaseDetached(ctx, r.touched)
 }
 
-// blockKey identifies a letter's group and key in 16 bytes, whatever the key's length.
+// blockKey identifies a letter's group, topic and key in 16 bytes, whatever the key's length.
+// Its letters share a lane of flush (topic and key), so they are replayed in order by one
+// worker: a failure holds back exactly the later ones.
 func blockKey(l *Letter) [16]byte {
 	h := sha256.New()
 	h.Write([]byte(l.Group))
+	h.Write([]byte{0})
+	h.Write([]byte(l.Topic))
 	h.Write([]byte{0})
 	h.Write([]byte(l.Key))
 	var k [16]byte
