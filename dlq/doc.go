@@ -25,7 +25,10 @@
 // maybe — go to a stream of their own, DLQ_REJECTS, on dlq_rejects.<topic>
 // (dlq_rejects._unrouted), bounded apart (Config.Rejects: 256 MiB and 7 days in the
 // processes): a flood of refusals ages out older refusals, never a handler's dead letter. A
-// refused body longer than Config.Rejects.MaxBody (64 KiB in the processes) keeps its first
+// refusal's Nats-Msg-Id is "dlq:rejected:<group>:<the message's ID>" (an ID over 64 bytes as
+// "sha256:" and its SHA-256 in hex), so a client's retry of a refused message is stored once;
+// DLQ_REJECTS remembers IDs for 2 minutes (RejectsDuplicateWindow), as the server keeps every
+// ID of the window in memory. A refused body longer than Config.Rejects.MaxBody (64 KiB in the processes) keeps its first
 // MaxBody bytes, and the letter adds x-dlq-body-size and x-dlq-body-sha256 (the whole body's
 // size and SHA-256, hex); such a letter cannot be replayed (ErrNotReplayable, even with
 // Force). Inspection, replay and discard read both streams, the DLQ's first; a refusal's

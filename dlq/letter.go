@@ -95,13 +95,24 @@ type origin struct {
 }
 
 // msgID is the dead letter's Nats-Msg-Id: the same delivery moved twice is stored once, and
-// the same rejected message (same ID) too.
+// the same rejected message (same ID) too. A rejected message's ID longer than msgIDIDMax
+// bytes (a client's may have 1024) is written as "sha256:" and its SHA-256 in hex, so that
+// every ID the server keeps in memory for the duplicate window is small.
 func (o *origin) msgID() string {
 	if o.rejected {
-		return "dlq:rejected:" + o.group + ":" + o.id
+		id := o.id
+		if len(id) > msgIDIDMax {
+			id = "sha256:" + bodySHA256([]byte(id))
+		}
+		return "dlq:rejected:" + o.group + ":" + id
 	}
 	return "dlq:" + o.stream + ":" + strconv.FormatUint(o.seq, 10) + ":" + o.group
 }
+
+// msgIDIDMax bounds the message ID kept as is in a rejected message's Nats-Msg-Id. A longer
+// one is hashed into 71 bytes ("sha256:<64 hex digits>"), which no ID of at most msgIDIDMax
+// bytes can equal.
+const msgIDIDMax = 64
 
 // dlqSubject is the dead letter's subject: dlq.<topic>, or UnroutedSubject for a rejected
 // message without a valid topic; dlq_rejects.<topic> and RejectsUnroutedSubject for ingress's

@@ -91,6 +91,15 @@ const (
 	DefaultRejectsMaxBody  = 64 << 10
 )
 
+// RejectsDuplicateWindow is how long RejectsStreamName remembers a refusal's ID (at most; less
+// when Config.DuplicateWindow or Config.Rejects.MaxAge is shorter): long enough for ingress's
+// retries of one dead letter and a client's quick retries of one message, short enough that
+// the IDs the server keeps in memory (every ID of the window, per replica, whether or not the
+// refusal is still stored) stay bounded under a flood: about 200 bytes each (a refusal's ID
+// is at most 92 bytes, a client's long ID hashed), about 24 MB per replica at 1,000
+// refusals a second.
+const RejectsDuplicateWindow = 2 * time.Minute
+
 // Config configures a Queue. The zero value of every field is a usable default.
 type Config struct {
 	// Replicas of the DLQ, advisory stream and parking bucket (0: 1; at most 5).
@@ -102,7 +111,7 @@ type Config struct {
 	// (dlq_dropped_by_limit_total, and a warning).
 	MaxBytes int64
 	// DuplicateWindow is how long a moved delivery is remembered (0: 24h, or MaxAge when
-	// that is shorter).
+	// that is shorter). Ingress's refusals are remembered RejectsDuplicateWindow at most.
 	DuplicateWindow time.Duration
 	// Rejects bounds the stream of the messages ingress refused (RejectsStreamName).
 	Rejects RejectsConfig
@@ -266,7 +275,9 @@ func (q *Queue) Ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dlq: stream %s: %w", StreamName, retry.Opaque(err))
 	}
-	dup := q.cfg.DuplicateWindow
+	// Refusals are a client's doing: the server keeps every ID of the window in memory, so
+	// the window is short (RejectsDuplicateWindow), whatever the DLQ's.
+	dup := min(q.cfg.DuplicateWindow, RejectsDuplicateWindow)
 	if q.cfg.Rejects.MaxAge > 0 {
 		dup = min(dup, q.cfg.Rejects.MaxAge)
 	}

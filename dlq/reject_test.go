@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,4 +143,45 @@ func TestRefusalsParkNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, st.Values(), "nothing parked")
 	assert.Equal(t, 20, e.count(dlq.Filter{}))
+}
+
+// TestRefusalIDsStayFewAndSmall: nats-server keeps every ID of a stream's duplicate window in
+// memory, whether or not the message is still stored. DLQ_REJECTS remembers refusals' IDs for
+// RejectsDuplicateWindow (the handlers' DLQ keeps its 24 hours), and a client's long ID is
+// remembered as its SHA-256: a flood of refusals with 1 KiB IDs cannot grow the server's
+// memory for a day. A retried refusal is still stored once.
+func TestRefusalIDsStayFewAndSmall(t *testing.T) {
+	e := newEnv(t, dlq.Config{MaxAge: dlq.DefaultMaxAge, Rejects: dlq.RejectsConfig{MaxAge: dlq.DefaultRejectsMaxAge}})
+	ctx := t.Context()
+	dup := func(stream string) time.Duration {
+		s, err := e.bus.JetStream().Stream(ctx, stream)
+		require.NoError(t, err)
+		return s.CachedInfo().Config.Duplicates
+	}
+	assert.Equal(t, dlq.RejectsDuplicateWindow, dup(dlq.RejectsStreamName))
+	assert.Equal(t, dlq.DefaultDuplicateWindow, dup(dlq.StreamName))
+
+	long := strings.Repeat("i", 1000)
+	reject := func(id string) uint64 {
+		seq, err := e.q.Reject(ctx, dlq.Rejected{Topic: "orders", Source: "in.orders", By: "ingress", ID: id,
+			Data: []byte(`{}`), Reason: dlq.ReasonIngress, Err: errors.New("schema")})
+		require.NoError(t, err)
+		return seq
+	}
+	first := reject(long + "1")
+	assert.Equal(t, first, reject(long+"1"), "a retried refusal is stored once")
+	assert.NotEqual(t, first, reject(long+"2"), "another long ID is another refusal")
+	short := reject("c-1")
+	ls, err := e.q.List(ctx, dlq.Filter{}, 0)
+	require.NoError(t, err)
+	require.Len(t, ls, 3)
+	for _, l := range ls {
+		id := l.Header.Get(jetbus.HeaderMsgID)
+		assert.LessOrEqual(t, len(id), 92, "%.60s", id)
+		if l.Seq == short {
+			assert.Equal(t, "dlq:rejected:ingress:c-1", id, "a short ID as it is")
+		} else {
+			assert.Len(t, l.OriginalID, len(long)+1, "the letter keeps the whole ID")
+		}
+	}
 }
