@@ -29,8 +29,9 @@
 // "sha256:" and its SHA-256 in hex), so a client's retry of a refused message is stored once;
 // DLQ_REJECTS remembers IDs for 2 minutes (RejectsDuplicateWindow), as the server keeps every
 // ID of the window in memory. A refused body longer than Config.Rejects.MaxBody (64 KiB in the processes) keeps its first
-// MaxBody bytes, and the letter adds x-dlq-body-size and x-dlq-body-sha256 (the whole body's
-// size and SHA-256, hex); such a letter cannot be replayed (ErrNotReplayable, even with
+// MaxBody bytes (so does one ingress cut to fit the server's max payload, whatever MaxBody:
+// Rejected.BodySize, Rejected.BodySHA256), and the letter adds x-dlq-body-size and
+// x-dlq-body-sha256 (the whole body's size and SHA-256, hex); such a letter cannot be replayed (ErrNotReplayable, even with
 // Force). Inspection, replay and discard read both streams, the DLQ's first; a refusal's
 // position prints as rejects:<seq>. Replaying one publishes it to its topic for every group; one that
 // ingress refused is replayed only to a topic open to ingress at replay time

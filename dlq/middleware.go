@@ -120,6 +120,12 @@ type Rejected struct {
 	Key    string
 	Header nats.Header
 	Data   []byte
+	// BodySize and BodySHA256, when BodySHA256 is set, say that Data is only the first bytes
+	// of the message's body, cut by the caller (to fit the server's max payload): the whole
+	// body's size and SHA-256 (hex). The letter is then marked truncated (HeaderBodySize,
+	// HeaderBodySHA256) and cannot be replayed, as one Reject cut itself.
+	BodySize   int
+	BodySHA256 string
 	// Reason is ReasonIngress or ReasonChangefeed; Err says why (ingress puts its error code
 	// first).
 	Reason string
@@ -171,8 +177,13 @@ func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 		refusal:  r.Reason == ReasonIngress,
 		unlisted: r.Unlisted,
 	}
+	if r.BodySHA256 != "" { // cut by the caller already
+		o.bodySize, o.bodySHA256 = r.BodySize, r.BodySHA256
+	}
 	if max := q.cfg.Rejects.MaxBody; o.refusal && max > 0 && len(o.data) > max {
-		o.bodySize, o.bodySHA256 = len(o.data), bodySHA256(o.data)
+		if o.bodySHA256 == "" {
+			o.bodySize, o.bodySHA256 = len(o.data), bodySHA256(o.data)
+		}
 		o.data = o.data[:max]
 	}
 	return q.store(ctx, o)

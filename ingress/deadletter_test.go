@@ -108,7 +108,8 @@ func TestFireAndForgetGarbage(t *testing.T) {
 
 // TestDeadLetterTooLargeForTheDLQ: a body near the server's max payload is refused
 // (too_large) and still dead-lettered: the DLQ's own headers would not fit, so the letter
-// keeps the first bytes and says so.
+// keeps the first bytes and says so, marked truncated (the whole body's size and SHA-256)
+// though dlq.rejects.max_body is 0: it cannot be replayed.
 func TestDeadLetterTooLargeForTheDLQ(t *testing.T) {
 	e := newEnv(t, jbjs.TopicConfig{Name: "orders"})
 	e.run(ingress.Config{Allow: []string{"orders"}, MaxMessageSize: 1024})
@@ -121,6 +122,14 @@ func TestDeadLetterTooLargeForTheDLQ(t *testing.T) {
 	assert.Contains(t, l.Error, fmt.Sprintf("of %d bytes", len(body)))
 	assert.Less(t, len(l.Body), len(body))
 	assert.Equal(t, body[:len(l.Body)], []byte(l.Body))
+	sum := sha256.Sum256(body)
+	assert.True(t, l.Truncated(), "a cut body is marked so")
+	assert.Equal(t, len(body), l.BodySize)
+	assert.Equal(t, hex.EncodeToString(sum[:]), l.BodySHA256)
+	rep, err := e.q.Replay(context.Background(), e.bus, dlq.ReplayOptions{Force: true})
+	require.NoError(t, err)
+	assert.Zero(t, rep.Replayed)
+	assert.ErrorIs(t, rep.Failed[l.Position()], dlq.ErrNotReplayable, "a cut body is never replayed")
 
 	// Headers JetStream would not store are dropped from the letter; the body stays.
 	m := nats.NewMsg("in.orders")
