@@ -23,20 +23,23 @@
 // subject as x-dlq-original-subject and no original stream. A changefeed's go to dlq.<topic>
 // (dlq._unrouted without a valid topic). Ingress's — refused client traffic, a flood of it
 // maybe — go to a stream of their own, DLQ_REJECTS, on dlq_rejects.<topic>
-// (dlq_rejects._unrouted), bounded apart (Config.Rejects: 256 MiB and 7 days in the
+// (dlq_rejects._unrouted without a valid topic; dlq_rejects._other, with the topic in
+// x-dlq-topic, for a topic ingress does not serve, so that invented names make no subjects;
+// Filter.Topic finds them there), bounded apart (Config.Rejects: 256 MiB and 7 days in the
 // processes): a flood of refusals ages out older refusals, never a handler's dead letter. A
 // refusal's Nats-Msg-Id is "dlq:rejected:<group>:<the message's ID>" (an ID over 64 bytes as
 // "sha256:" and its SHA-256 in hex), so a client's retry of a refused message is stored once;
 // DLQ_REJECTS remembers IDs for 2 minutes (RejectsDuplicateWindow), as the server keeps every
-// ID of the window in memory. A refused body longer than Config.Rejects.MaxBody (64 KiB in the processes) keeps its first
-// MaxBody bytes (so does one ingress cut to fit the server's max payload, whatever MaxBody:
-// Rejected.BodySize, Rejected.BodySHA256), and the letter adds x-dlq-body-size and
-// x-dlq-body-sha256 (the whole body's size and SHA-256, hex); such a letter cannot be replayed (ErrNotReplayable, even with
-// Force). Inspection, replay and discard read both streams, the DLQ's first; a refusal's
-// position prints as rejects:<seq>. Replaying one publishes it to its topic for every group; one that
-// ingress refused is replayed only to a topic open to ingress at replay time
-// (ReplayOptions.IngressTopics; `bridge dlq replay` passes ingress.allow), unless
-// ReplayOptions.Force: ingress's allow list is what let a client publish there at all.
+// ID of the window in memory. A refused body longer than Config.Rejects.MaxBody (64 KiB in the
+// processes) keeps its first MaxBody bytes (so does one ingress cut to fit the server's max
+// payload, whatever MaxBody: Rejected.BodySize, Rejected.BodySHA256), and the letter adds
+// x-dlq-body-size and x-dlq-body-sha256 (the whole body's size and SHA-256, hex); such a letter
+// cannot be replayed (ErrNotReplayable, even with Force). Inspection, replay and discard read
+// both streams, the DLQ's first; a refusal's position prints as rejects:<seq>. Replaying one
+// publishes it to its topic for every group; one that ingress refused is replayed only to a
+// topic open to ingress at replay time (ReplayOptions.IngressTopics; `bridge dlq replay` passes
+// ingress.allow), unless ReplayOptions.Force: ingress's allow list is what let a client publish
+// there at all.
 //
 // # Guarantees
 //

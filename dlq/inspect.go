@@ -125,7 +125,7 @@ func (q *Queue) scan(ctx context.Context, f Filter, headersOnly bool, onStore fu
 			return fmt.Errorf("dlq: %w", retry.Opaque(err))
 		}
 		last := s.CachedInfo().State.LastSeq
-		cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{f.subject(st.prefix)}, HeadersOnly: headersOnly}
+		cfg := natsjs.OrderedConsumerConfig{FilterSubjects: f.subjects(st.prefix), HeadersOnly: headersOnly}
 		switch {
 		case i == from && f.From.Seq > 0:
 			cfg.DeliverPolicy = natsjs.DeliverByStartSequencePolicy

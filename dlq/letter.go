@@ -116,16 +116,26 @@ const msgIDIDMax = 64
 
 // dlqSubject is the dead letter's subject: dlq.<topic>, or UnroutedSubject for a rejected
 // message without a valid topic; dlq_rejects.<topic> and RejectsUnroutedSubject for ingress's
-// refusals.
+// refusals, and RejectsOtherSubject for a refusal of a topic ingress does not serve
+// (Rejected.Unlisted), so that names clients invent make no subjects (the server keeps
+// state per subject); its topic is in HeaderTopic.
 func (o *origin) dlqSubject() string {
 	prefix := SubjectPrefix
 	if o.refusal {
 		prefix = RejectsSubjectPrefix
 	}
-	if o.rejected && jetbus.ValidateTopic(o.topic) != nil {
+	switch {
+	case o.rejected && jetbus.ValidateTopic(o.topic) != nil:
 		return prefix + unrouted
+	case o.otherSubject():
+		return RejectsOtherSubject
 	}
 	return prefix + o.topic
+}
+
+// otherSubject reports whether o is filed under RejectsOtherSubject.
+func (o *origin) otherSubject() bool {
+	return o.refusal && o.unlisted && jetbus.ValidateTopic(o.topic) == nil
 }
 
 // rejectedID is a fresh ID for a rejected message that came without one.
@@ -155,6 +165,11 @@ func (o *origin) msg(now time.Time) *nats.Msg {
 	h.Set(HeaderTS, strconv.FormatInt(now.UnixMilli(), 10))
 	if o.key != "" {
 		h.Set(jetbus.HeaderKey, o.key)
+	}
+	if o.otherSubject() {
+		h.Set(HeaderTopic, o.topic)
+	} else {
+		h.Del(HeaderTopic) // a client's header of this name is not the DLQ's word
 	}
 	if o.bodySHA256 != "" {
 		h.Set(HeaderBodySize, strconv.Itoa(o.bodySize))
@@ -191,6 +206,9 @@ func parseLetter(stream string, seq uint64, subject string, h nats.Header, data 
 	topic, ok := strings.CutPrefix(subject, prefix)
 	if !ok {
 		return nil, fmt.Errorf("dlq: %s is not a dead-letter subject", subject)
+	}
+	if t := h.Get(HeaderTopic); subject == RejectsOtherSubject && jetbus.ValidateTopic(t) == nil {
+		topic = t
 	}
 	l := &Letter{
 		Seq:             seq,
@@ -287,13 +305,17 @@ func ParsePosition(s string) (Position, error) {
 	return Position{Stream: stream, Seq: seq}, nil
 }
 
-// subject is the subject filter of the letters f selects in a stream whose subjects start with
-// prefix.
-func (f *Filter) subject(prefix string) string {
-	if f.Topic == "" {
-		return prefix + ">"
+// subjects are the subject filters of the letters f selects in a stream whose subjects start
+// with prefix: with a topic, its subject, and in RejectsStreamName RejectsOtherSubject too
+// (where refusals of topics ingress does not serve are; match picks the topic's).
+func (f *Filter) subjects(prefix string) []string {
+	switch {
+	case f.Topic == "":
+		return []string{prefix + ">"}
+	case prefix == RejectsSubjectPrefix:
+		return []string{prefix + f.Topic, RejectsOtherSubject}
 	}
-	return prefix + f.Topic
+	return []string{prefix + f.Topic}
 }
 
 func (f *Filter) match(l *Letter) bool {

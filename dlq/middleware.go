@@ -130,9 +130,11 @@ type Rejected struct {
 	// first).
 	Reason string
 	Err    error
-	// Unlisted says Topic is none the rejecter serves (a subject a client invented): the
-	// letter is counted under the topic "_other", so that clients cannot create metric
-	// series at will.
+	// Unlisted says Topic is none the rejecter serves (a subject a client invented, or a
+	// topic not open to ingress): the letter is counted under the topic "_other", so that
+	// clients cannot create metric series at will, and an ingress refusal is stored on
+	// RejectsOtherSubject with its topic in HeaderTopic, so that they cannot create subjects
+	// either. The letter's Topic is still its topic, and Filter.Topic finds it.
 	Unlisted bool
 }
 
@@ -140,11 +142,14 @@ type Rejected struct {
 const OtherTopic = "_other"
 
 // UnroutedSubject holds the dead letters of rejected messages without a valid topic;
-// RejectsUnroutedSubject those ingress refused.
+// RejectsUnroutedSubject those ingress refused. RejectsOtherSubject holds ingress's refusals
+// of valid topic names it does not serve (Rejected.Unlisted), each with its topic in
+// HeaderTopic.
 const (
 	unrouted               = "_unrouted"
 	UnroutedSubject        = SubjectPrefix + unrouted
 	RejectsUnroutedSubject = RejectsSubjectPrefix + unrouted
+	RejectsOtherSubject    = RejectsSubjectPrefix + OtherTopic
 )
 
 // Reject stores a refused message in the DLQ and returns the dead letter's sequence once the

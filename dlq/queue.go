@@ -54,6 +54,9 @@ const (
 	// Config.Rejects.MaxBody: the whole body's size in bytes (decimal) and its SHA-256 (hex).
 	HeaderBodySize   = "x-dlq-body-size"
 	HeaderBodySHA256 = "x-dlq-body-sha256"
+	// HeaderTopic is the topic of a refusal filed under RejectsOtherSubject (a topic ingress
+	// does not serve): its subject does not name it.
+	HeaderTopic = "x-dlq-topic"
 )
 
 // Reasons.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -79,13 +80,15 @@ func TestRejectAndReplay(t *testing.T) {
 }
 
 // TestRejectsOfInventedTopicsShareOneSeries: 300 refused messages to invented topics make one
-// metric series, not 300; the letters keep their topics.
+// metric series, not 300, and one subject of DLQ_REJECTS (the server keeps state per
+// subject); the letters keep their topics, and a filter by topic finds them.
 func TestRejectsOfInventedTopicsShareOneSeries(t *testing.T) {
 	e := newEnv(t, dlq.Config{})
 	ctx := t.Context()
 	for i := range 300 {
 		topic := "junk" + strconv.Itoa(i)
-		_, err := e.q.Reject(ctx, dlq.Rejected{Topic: topic, Source: "in." + topic, By: "ingress", Data: []byte(`{}`),
+		h := nats.Header{dlq.HeaderTopic: {"forged"}}
+		_, err := e.q.Reject(ctx, dlq.Rejected{Topic: topic, Source: "in." + topic, By: "ingress", Data: []byte(`{}`), Header: h,
 			Reason: dlq.ReasonIngress, Err: errors.New("not_allowed"), Unlisted: true})
 		require.NoError(t, err)
 	}
@@ -106,7 +109,30 @@ func TestRejectsOfInventedTopicsShareOneSeries(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, series)
-	assert.Equal(t, 1, e.count(dlq.Filter{Topic: "junk7"}), "the letter keeps its topic")
+
+	// And one of a topic the rejecter serves, with a client's header of the DLQ's name.
+	_, err = e.q.Reject(ctx, dlq.Rejected{Topic: "junk7", Source: "in.junk7", By: "ingress", Data: []byte(`{}`),
+		Header: nats.Header{dlq.HeaderTopic: {"junk8"}}, Reason: dlq.ReasonIngress, Err: errors.New("schema")})
+	require.NoError(t, err)
+	s, err := e.bus.JetStream().Stream(ctx, dlq.RejectsStreamName)
+	require.NoError(t, err)
+	info, err := s.Info(ctx, natsjs.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{dlq.RejectsOtherSubject: 300, "dlq_rejects.junk7": 1}, info.State.Subjects,
+		"invented names make no subjects")
+	ls, err := e.q.List(ctx, dlq.Filter{Topic: "junk8"}, 0)
+	require.NoError(t, err)
+	require.Len(t, ls, 1)
+	assert.Equal(t, "junk8", ls[0].Topic)
+	assert.Equal(t, "in.junk8", ls[0].OriginalSubject)
+	assert.Equal(t, 2, e.count(dlq.Filter{Topic: "junk7"}), "the refusals of junk7, under either subject")
+	all, err := e.q.List(ctx, dlq.Filter{}, 0)
+	require.NoError(t, err)
+	topics := map[string]bool{}
+	for _, l := range all {
+		topics[l.Topic] = true
+	}
+	assert.Len(t, topics, 300, "every letter keeps its topic; a client's header says nothing")
 }
 
 // TestForceReplaysARefusalAnywhere: --force replays a refusal to a topic ingress does not

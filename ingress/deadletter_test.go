@@ -45,7 +45,7 @@ func TestFireAndForgetGarbage(t *testing.T) {
 		{"not JSON", "in.orders", `{"n":`, nil, "", "not_json", "dlq_rejects.orders"},
 		{"schema-invalid", "in.orders", `{"m":1}`, nil, "", "schema", "dlq_rejects.orders"},
 		{"bad topic", "in.Orders.X", `{"n":1}`, nil, "", "bad_topic", dlq.RejectsUnroutedSubject},
-		{"not allowed", "in.refunds", `{"n":1}`, nil, "", "not_allowed", "dlq_rejects.refunds"},
+		{"not allowed", "in.refunds", `{"n":1}`, nil, "", "not_allowed", dlq.RejectsOtherSubject},
 		{"oversize", "in.orders", `{"n":1,"pad":"` + strings.Repeat("x", 3000) + `"}`, nil, "", "too_large", "dlq_rejects.orders"},
 		{"reserved header", "in.orders", `{"n":1}`, nats.Header{"x-dlq-reason": {"x"}, jetbus.HeaderMsgID: {"g-1"}}, "", "reserved_header", "dlq_rejects.orders"},
 		{"reply not an inbox", "in.orders", `{"n":2}`, nats.Header{jetbus.HeaderMsgID: {"g-2"}}, "orders.p0", "not_allowed", "dlq_rejects.orders"},
@@ -89,6 +89,9 @@ func TestFireAndForgetGarbage(t *testing.T) {
 			assert.True(t, l.Rejected())
 			assert.Equal(t, gb.subject, l.OriginalSubject)
 			assert.Equal(t, gb.dlqSubj, dlqSubject(t, e, l))
+			if gb.code != "bad_topic" {
+				assert.Equal(t, strings.TrimPrefix(gb.subject, "in."), l.Topic, "the letter keeps its topic")
+			}
 			for k := range gb.header {
 				if k != jetbus.HeaderMsgID && !strings.HasPrefix(k, "x-dlq-") {
 					assert.Equal(t, gb.header.Get(k), l.Header.Get(k), "header %s kept", k)
