@@ -32,13 +32,15 @@ type env struct {
 	reg *prometheus.Registry
 }
 
-func newEnv(t *testing.T, cfg dlq.Config) *env {
+// newEnv opens a Queue with cfg (and opts, after the test's logger and registry) on a server
+// of its own.
+func newEnv(t *testing.T, cfg dlq.Config, opts ...dlq.Option) *env {
 	t.Helper()
 	s := embeddedtest.NATS(t)
-	return newEnvOn(t, s, cfg)
+	return newEnvOn(t, s, cfg, opts...)
 }
 
-func newEnvOn(t *testing.T, s *server.Server, cfg dlq.Config) *env {
+func newEnvOn(t *testing.T, s *server.Server, cfg dlq.Config, opts ...dlq.Option) *env {
 	t.Helper()
 	ctx := context.Background()
 	nc := embeddedtest.Connect(t, s.ClientURL())
@@ -46,7 +48,7 @@ func newEnvOn(t *testing.T, s *server.Server, cfg dlq.Config) *env {
 	// The queue needs the JetStream context before the Bus exists: open a bare Bus first.
 	bare, err := jbjs.Open(ctx, nc)
 	require.NoError(t, err)
-	q, err := dlq.Open(ctx, bare.JetStream(), cfg, dlq.WithRegisterer(reg), dlq.WithLogger(embeddedtest.Logger(t)))
+	q, err := dlq.Open(ctx, bare.JetStream(), cfg, append([]dlq.Option{dlq.WithRegisterer(reg), dlq.WithLogger(embeddedtest.Logger(t))}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = q.Close() })
 	bus, err := jbjs.Open(ctx, nc, jbjs.WithHandlerMiddleware(q.Middleware()), jbjs.WithLogger(embeddedtest.Logger(t)))

@@ -38,8 +38,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "Events that carry a replayed event's ID but not the topic, key or body the replay published: delivered to every group as ordinary events."},
 			[]string{"topic", "group"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_dropped_by_limit_total",
-			Help: "Dead letters a DLQ stream dropped at its limits: DLQ at dlq.max_bytes or dlq.max_age, DLQ_REJECTS at dlq.rejects.max_bytes or dlq.rejects.max_age (inferred by the sweeper)."},
-			[]string{"stream"}),
+			Help: "Dead letters a DLQ stream dropped at its limits: DLQ at dlq.max_bytes or dlq.max_age, DLQ_REJECTS at dlq.rejects.max_bytes or dlq.rejects.max_age (inferred by the sweeper); limit is max_bytes when the stream was at its byte limit, else max_age. Refusals aging out of DLQ_REJECTS (max_age) is normal."},
+			[]string{"stream", "limit"}),
 	}
 	// Several DLQs in one process share the families.
 	if err := errors.Join(
@@ -83,9 +83,9 @@ func (m *metrics) advisoryRefused() {
 	}
 }
 
-func (m *metrics) droppedByLimit(stream string, n float64) {
+func (m *metrics) droppedByLimit(stream, limit string, n float64) {
 	if m != nil {
-		m.dropped.WithLabelValues(stream).Add(n)
+		m.dropped.WithLabelValues(stream, limit).Add(n)
 	}
 }
 

@@ -207,19 +207,22 @@ func (q *Queue) refuseAdvisory(adv maxDeliveriesAdvisory, why string) {
 
 // watchLimits reports, every interval until ctx ends, the letters the DLQ's streams dropped
 // at their limits (Config.MaxAge and MaxBytes for StreamName, Config.Rejects for
-// RejectsStreamName): dlq_dropped_by_limit_total{stream} and a warning (at most every 10 s per
-// stream). The server says nothing when it drops them, so they are inferred: the letters gone
-// from the head between two looks while the stream was at its byte limit, or whose oldest
-// letter had reached the age limit. A replay or a discard of the oldest letters at that moment
-// counts too; it is an alarm, not an audit.
+// RejectsStreamName): dlq_dropped_by_limit_total{stream,limit} and a warning (at most every
+// 10 s per stream). The server says nothing when it drops them, so they are inferred: the
+// letters gone from the head between two looks while the stream was at its byte limit
+// (limit "max_bytes"), or whose oldest letter had reached the age limit ("max_age"). A replay
+// or a discard of the oldest letters at that moment counts too; it is an alarm, not an audit.
+// Refusals aging out of RejectsStreamName is how that stream is meant to work: counted, logged
+// at debug only; refusals dropped at its byte limit (a flood) are warned about.
 func (q *Queue) watchLimits(ctx context.Context, every time.Duration) {
 	type watched struct {
-		stream   string
-		maxAge   time.Duration
-		maxBytes int64
-		keys     string // the configuration's, for the warning
-		prev     *natsjs.StreamState
-		lastLog  time.Time
+		stream    string
+		maxAge    time.Duration
+		maxBytes  int64
+		keys      string // the configuration's, for the warning
+		prev      *natsjs.StreamState
+		lastLog   time.Time
+		lastDebug time.Time
 	}
 	var ws []*watched
 	if q.cfg.MaxAge > 0 || q.cfg.MaxBytes > 0 {
@@ -252,11 +255,22 @@ func (q *Queue) watchLimits(ctx context.Context, every time.Duration) {
 				atAge := w.maxAge > 0 && time.Since(prev.FirstTime) >= w.maxAge
 				gone := int64(prev.Msgs) + int64(st.LastSeq-prev.LastSeq) - int64(st.Msgs)
 				if (atBytes || atAge) && gone > 0 {
-					q.metrics.droppedByLimit(w.stream, float64(gone))
-					if time.Since(w.lastLog) >= 10*time.Second {
+					limit := "max_age"
+					if atBytes {
+						limit = "max_bytes"
+					}
+					q.metrics.droppedByLimit(w.stream, limit, float64(gone))
+					attrs := []any{"stream", w.stream, "dropped", gone, "limit", limit, "bytes", st.Bytes, "max_bytes", w.maxBytes, "max_age", w.maxAge.String()}
+					switch {
+					case w.stream == RejectsStreamName && !atBytes:
+						// Refusals reaching dlq.rejects.max_age: the stream working as meant.
+						if time.Since(w.lastDebug) >= 10*time.Second {
+							w.lastDebug = time.Now()
+							q.log.Debug("dlq: refusals aged out of "+w.stream, attrs...)
+						}
+					case time.Since(w.lastLog) >= 10*time.Second:
 						w.lastLog = time.Now()
-						q.log.Warn("dlq: letters dropped at the limit of "+w.stream+": raise "+w.keys+", or replay and discard",
-							"stream", w.stream, "dropped", gone, "bytes", st.Bytes, "max_bytes", w.maxBytes, "max_age", w.maxAge.String())
+						q.log.Warn("dlq: letters dropped at the limit of "+w.stream+": raise "+w.keys+", or replay and discard", attrs...)
 					}
 				}
 			}

@@ -107,7 +107,7 @@ type DLQ struct {
 
 // DLQRejects bounds the stream of ingress's refusals.
 type DLQRejects struct {
-	MaxAge   time.Duration `yaml:"max_age" default:"168h" desc:"How long refused messages are kept (0: forever). Refusals dropped at this limit or max_bytes are counted in dlq_dropped_by_limit_total{stream=\"DLQ_REJECTS\"} and logged." example:"72h"`
+	MaxAge   time.Duration `yaml:"max_age" default:"168h" desc:"How long refused messages are kept (0: forever). Refusals aging out at this limit are counted in dlq_dropped_by_limit_total{stream=\"DLQ_REJECTS\",limit=\"max_age\"} and logged at debug only (the stream working as meant); those dropped at max_bytes (a flood) under limit=\"max_bytes\", with a warning." example:"72h"`
 	MaxBytes ByteSize      `yaml:"max_bytes" default:"256MiB" desc:"Size bound of the refusals' stream; past it the oldest refusals are dropped (0: unbounded). This keeps a flood of refused client traffic from filling the disk." example:"1GiB"`
 	MaxBody  ByteSize      `yaml:"max_body" default:"64KiB" desc:"Body kept of each refused message (0: whole). A longer body keeps its first max_body bytes, with the whole body's size and SHA-256 (headers x-dlq-body-size, x-dlq-body-sha256); such a refusal cannot be replayed." example:"16KiB"`
 }
