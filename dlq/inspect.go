@@ -66,10 +66,13 @@ func (q *Queue) Count(ctx context.Context, f Filter) (int, error) {
 	return n, err
 }
 
-// Each calls fn with every dead letter matching f, oldest first, until fn returns false. It
-// reads the letters stored when it started (not those stored while it runs), and holds one
-// fetch of them at a time (at most 500 letters and 2 MiB, or one larger letter), whatever
-// the size of the DLQ: a letter fn does not keep is garbage once fn returns.
+// Each calls fn with every dead letter matching f, oldest first (the DLQ stream's, then the
+// refusals'), until fn returns false. It reads each stream up to the last letter that stream
+// held when Each reached it: letters stored in a stream while it is read (a replayed event
+// that failed again) are left out, but refusals stored while the DLQ stream is read are
+// included. It holds one fetch of letters at a time (at most 500 letters and 2 MiB, or one
+// larger letter), whatever the size of the DLQ: a letter fn does not keep is garbage once fn
+// returns.
 func (q *Queue) Each(ctx context.Context, f Filter, fn func(*Letter) bool) error {
 	return q.scan(ctx, f, false, nil, fn)
 }

@@ -105,7 +105,8 @@ const RejectsDuplicateWindow = 2 * time.Minute
 
 // Config configures a Queue. The zero value of every field is a usable default.
 type Config struct {
-	// Replicas of the DLQ, advisory stream and parking bucket (0: 1; at most 5).
+	// Replicas of the DLQ's streams (the DLQ, the refusals' and the advisories') and buckets
+	// (parking and replay records) (0: 1; at most 5).
 	Replicas int
 	// MaxAge bounds how long dead letters are kept (0: forever).
 	MaxAge time.Duration

@@ -97,7 +97,7 @@ type Topic struct {
 
 // DLQ configures the dead-letter stream.
 type DLQ struct {
-	Replicas      int           `yaml:"replicas" default:"1" min:"1" max:"5" desc:"Replicas of the DLQ stream, its advisory stream and the parking bucket."`
+	Replicas      int           `yaml:"replicas" default:"1" min:"1" max:"5" desc:"Replicas of the DLQ's streams (DLQ, DLQ_REJECTS for ingress's refusals, and the advisory stream) and of its KV buckets (parking, and the replay records jetbus_dlq_replays)."`
 	MaxAge        time.Duration `yaml:"max_age" default:"720h" desc:"How long dead letters are kept (0: forever). Letters dropped at this limit or max_bytes are counted in dlq_dropped_by_limit_total and logged." example:"2160h"`
 	MaxBytes      ByteSize      `yaml:"max_bytes" default:"1GiB" desc:"Size bound of the DLQ stream; past it the oldest letters are dropped (0: unbounded). Messages ingress refused are kept apart, within rejects." example:"10GiB"`
 	Parking       bool          `yaml:"parking" desc:"Park a key's later events behind its dead letter until it is replayed (per group)."`
