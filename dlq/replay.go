@@ -400,9 +400,9 @@ func (r *replayer) isStopped() bool {
 	return r.stopped != nil
 }
 
-// one replays l unless an earlier letter of its group, topic and key failed, or it is a refusal a
-// replay may not bypass. A letter once started is finished even if ctx ends meanwhile, so
-// that an interruption never leaves a republished letter in the DLQ for long.
+// one replays l unless an earlier letter of its group, topic and key failed, or it is a
+// refusal a replay may not bypass. A letter once started is finished even if ctx ends
+// meanwhile, so that an interruption never leaves a republished letter in the DLQ for long.
 func (r *replayer) one(ctx context.Context, l *Letter) result {
 	gk := blockKey(l)
 	var ev *jetbus.Event
@@ -414,7 +414,7 @@ func (r *replayer) one(ctx context.Context, l *Letter) result {
 	case l.Key != "" && blocked:
 		err = fmt.Errorf("an earlier letter of key %q of topic %s in group %s did not replay", l.Key, l.Topic, l.Group)
 	case l.Truncated():
-		err = fmt.Errorf("%w: only the first %d of its %d bytes were kept when ingress refused it (dlq.rejects.max_body; the whole body's SHA-256 is %s): it cannot be replayed, --force or not", ErrNotReplayable, len(l.Body), l.BodySize, l.BodySHA256)
+		err = fmt.Errorf("%w: only the first %d of its %d bytes were kept when ingress refused it (dlq.rejects.max_body, or the server's max payload; the whole body's SHA-256 is %s): it cannot be replayed, --force or not", ErrNotReplayable, len(l.Body), l.BodySize, l.BodySHA256)
 	case l.Rejected() && l.Group == ingressGroup && !r.opts.Force && !slices.Contains(r.opts.IngressTopics, l.Topic):
 		err = fmt.Errorf("%w: ingress refused it and topic %q is not open to ingress (ingress.allow); --force replays it anyway, bypassing ingress's allow list", ErrNotReplayable, l.Topic)
 	default:
