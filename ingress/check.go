@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/jsonenc"
@@ -68,15 +69,37 @@ func (g *Ingress) replyAllowed(reply string) bool {
 }
 
 // headers turns the wire-contract headers into publish options. Headers outside the contract
-// (content-type, tracing headers, anything not x- or Nats-) are not forwarded.
+// (content-type, anything not x-, Nats- or the trace context) are not forwarded. The trace
+// context (traceparent, tracestate, baggage) is never a refusal: the Bus drops (and counts)
+// what is malformed and keeps the rest, as it does for any publisher (docs/wire.md, "Trace
+// context").
 func (g *Ingress) headers(it *item) *refusal {
 	h := it.header
 	if len(h) == 0 {
 		return nil
 	}
 	var custom map[string]string
+	var traceParent, traceState, bag string
 	size := 0 // of the headers forwarded
 	for name, vals := range h {
+		switch name {
+		case jetbus.HeaderTraceParent, jetbus.HeaderTraceState, jetbus.HeaderBaggage:
+			// Several tracestate or baggage headers are one list (W3C); several traceparents
+			// make a value that is not one, dropped as malformed.
+			v := strings.Join(vals, ",")
+			switch name {
+			case jetbus.HeaderTraceParent:
+				traceParent = v
+			case jetbus.HeaderTraceState:
+				traceState = v
+			default:
+				bag = v
+			}
+			if len(v) <= traceHeaderMax(name) { // a longer one is dropped, never stored
+				size += len(name) + len(v) + 4
+			}
+			continue
+		}
 		bad := func(format string, args ...any) *refusal {
 			return refuse(CodeReservedHeader, map[string]any{"header": name}, "header "+name+": "+format, args...)
 		}
@@ -151,7 +174,24 @@ func (g *Ingress) headers(it *item) *refusal {
 	if custom != nil {
 		it.opts = append(it.opts, jetbus.WithHeaders(custom))
 	}
+	if traceParent != "" || traceState != "" {
+		it.opts = append(it.opts, jetbus.WithTraceContext(traceParent, traceState))
+	}
+	if bag != "" {
+		it.opts = append(it.opts, jetbus.WithBaggage(bag))
+	}
 	return nil
+}
+
+// traceHeaderMax is the longest value of a trace context header the Bus keeps.
+func traceHeaderMax(name string) int {
+	switch name {
+	case jetbus.HeaderTraceParent:
+		return jetbus.MaxTraceParentLength
+	case jetbus.HeaderTraceState:
+		return jetbus.MaxTraceStateLength
+	}
+	return jetbus.MaxBaggageLength
 }
 
 // hasPrefixFold reports whether s starts with the lower-case ASCII prefix p, in any case.
@@ -186,4 +226,6 @@ type item struct {
 	ref   *refusal
 	// refusal says it holds one of the refusals' places, not a valid message's.
 	refusal bool
+	// span is the message's server span while ingress traces (nil otherwise, and once ended).
+	span trace.Span
 }

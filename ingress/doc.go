@@ -15,8 +15,11 @@
 // A client publishes a JSON payload to "in.<topic>" with optional headers of the wire
 // contract: Nats-Msg-Id (becomes the event ID, so a client's retries are stored once, end to
 // end), x-key, x-ts (Unix ms), x-sid, x-caused-by and x-tags (comma-separated), and custom
-// x-[a-z0-9-]+ headers (x-schema-version among them: validate against that live version).
-// With a reply subject the answer is
+// x-[a-z0-9-]+ headers (x-schema-version among them: validate against that live version), and
+// the W3C trace context, traceparent, tracestate and baggage (docs/wire.md, "Trace context"):
+// forwarded onto the stored event when valid (baggage only for the keys the bridge allows,
+// tracing.baggage), dropped and counted when malformed, never a refusal. With a reply subject
+// the answer is
 //
 //	{"id": "…", "topic": "…", "partition": 2, "seq": 1234, "duplicate": false}
 //
@@ -40,8 +43,15 @@
 //     steer the stream, e.g. with Nats-Expected-*), control characters, a bad x-ts, an empty
 //     element of x-tags or x-caused-by, a key or Nats-Msg-Id over 1024 bytes (JetStream
 //     keeps every ID of the duplicate window in memory), a header given twice. Headers
-//     outside the contract (content-type, traceparent, …) are not forwarded; the stored
-//     event's content-type is always application/json.
+//     outside the contract (content-type, …) are not forwarded; the stored event's
+//     content-type is always application/json.
+//   - Tracing: with a tracer provider that records (WithTracerProvider; the bridge's tracing
+//     section), each message gets a server span "ingress <topic>" ("ingress _other" for a
+//     subject that is not an allowed topic), a child of the client's valid traceparent,
+//     lasting until the message is settled; the Bus's "publish <topic>" span is its child,
+//     so the stored event carries the client's trace ID, and a refusal's dead letter is
+//     written under it. A refusal sets error.type to its code and the span's status to
+//     error. Without tracing the client's trace context is forwarded as it came.
 //   - A topic that is valid and allowed but has no stream is bad_topic (the Bus's
 //     ErrTopicNotFound). Refusals of subjects that are not an allowed topic are counted under
 //     topic "_other", so clients cannot create metric series at will.

@@ -65,8 +65,8 @@ func newEnvOn(t testing.TB, s *server.Server, url string, topics ...jbjs.TopicCo
 }
 
 // publisher opens what a bridge process publishes through: a Bus on a connection of its own
-// with the schema registry's publish middleware.
-func (e *env) publisher() (*jbjs.Bus, *schema.Registry) {
+// with the schema registry's publish middleware, and opts.
+func (e *env) publisher(opts ...jbjs.Option) (*jbjs.Bus, *schema.Registry) {
 	e.t.Helper()
 	ctx := context.Background()
 	nc := embeddedtest.Connect(e.t, e.url)
@@ -75,8 +75,8 @@ func (e *env) publisher() (*jbjs.Bus, *schema.Registry) {
 	reg, err := schema.Open(ctx, js)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = reg.Close() })
-	bus, err := jbjs.Open(ctx, nc, jbjs.WithPublishMiddleware(reg.PublishMiddleware()),
-		jbjs.WithAsyncMaxPending(ingress.DefaultMaxInFlight), jbjs.WithLogger(embeddedtest.Logger(e.t)))
+	bus, err := jbjs.Open(ctx, nc, append([]jbjs.Option{jbjs.WithPublishMiddleware(reg.PublishMiddleware()),
+		jbjs.WithAsyncMaxPending(ingress.DefaultMaxInFlight), jbjs.WithLogger(embeddedtest.Logger(e.t))}, opts...)...)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = bus.Close() })
 	return bus, reg
@@ -112,13 +112,13 @@ func (e *env) run(cfg ingress.Config) *running {
 	return e.runWith(e.bus, cfg)
 }
 
-// runWith starts an ingress replica that publishes through pub.
-func (e *env) runWith(pub ingress.Publisher, cfg ingress.Config) *running {
+// runWith starts an ingress replica that publishes through pub, with opts.
+func (e *env) runWith(pub ingress.Publisher, cfg ingress.Config, opts ...ingress.Option) *running {
 	e.t.Helper()
 	conn := embeddedtest.Connect(e.t, e.url)
 	reg := prometheus.NewRegistry()
 	logs := &logRecorder{Handler: embeddedtest.Logger(e.t).Handler(), seen: &logSeen{}}
-	g, err := ingress.New(conn, pub, e.q, cfg, ingress.WithLogger(slog.New(logs)), ingress.WithRegisterer(reg))
+	g, err := ingress.New(conn, pub, e.q, cfg, append([]ingress.Option{ingress.WithLogger(slog.New(logs)), ingress.WithRegisterer(reg)}, opts...)...)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Ingress: g, conn: conn, metrics: reg, logs: logs, cancel: cancel, done: make(chan error, 1)}
@@ -290,7 +290,14 @@ func (e *env) ids(topic string) map[string][]uint64 {
 // (a histogram's sample count) in the replica's registry, or 0 when there is none.
 func metricValue(t *testing.T, r *running, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := r.metrics.Gather()
+	return gathered(t, r.metrics, name, labels...)
+}
+
+// gathered returns the value of the series of metric name with the given label pairs in g,
+// as metricValue does.
+func gathered(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() != name {

@@ -13,10 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/internal/option"
+	"github.com/jetbus/jetbus/internal/spans"
 )
 
 // Publisher is what ingress publishes through: the jetbus.AsyncPublisher capability of a
@@ -52,6 +54,11 @@ type Ingress struct {
 	topics map[string]*topicMetrics // the allowed topics
 	other  *topicMetrics
 	brk    *breaker
+	// tracer is nil when ingress does not trace; spanOf holds the allowed topics' span
+	// settings, otherSpan those of every other subject.
+	tracer    trace.Tracer
+	spanOf    map[string]*ingressSpan
+	otherSpan *ingressSpan
 
 	slots   chan struct{} // one per message held: the in-flight bound
 	acks    chan *item    // published, awaiting JetStream's acknowledgement, in order
@@ -94,6 +101,7 @@ type Ingress struct {
 //
 //   - WithLogger: logger (default discard).
 //   - WithRegisterer: Prometheus registerer for the metrics (default none).
+//   - WithTracerProvider: OpenTelemetry tracer provider (default the global one).
 func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Option) (*Ingress, error) {
 	if conn == nil || pub == nil || dl == nil {
 		return nil, fmt.Errorf("%w: ingress needs a connection, a Publisher and DeadLetters", jetbus.ErrInvalidOption)
@@ -127,6 +135,13 @@ func New(conn *nats.Conn, pub Publisher, dl DeadLetters, cfg Config, opts ...Opt
 	}
 	for _, t := range cfg.Allow {
 		g.topics[t] = m.topic(t)
+	}
+	if g.tracer = spans.Tracer(o.TracerProvider, scope); g.tracer != nil {
+		g.spanOf = make(map[string]*ingressSpan, len(cfg.Allow))
+		for _, t := range cfg.Allow {
+			g.spanOf[t] = newIngressSpan(t)
+		}
+		g.otherSpan = newIngressSpan(otherTopic)
 	}
 	return g, nil
 }
@@ -227,10 +242,12 @@ func (g *Ingress) handle(subject, reply string, header nats.Header, data []byte)
 	}
 	it := &item{subject: subject, reply: reply, header: header, data: data, start: time.Now()}
 	it.topic = strings.TrimPrefix(it.subject, SubjectPrefix)
+	g.startSpan(it)
 	g.gate.RLock()
 	defer g.gate.RUnlock()
 	if g.gateClosed {
 		g.release()
+		endSpan(it, nil, false, nil, errStopping)
 		g.turnAway(it.subject, it.reply)
 		return
 	}
@@ -246,7 +263,7 @@ func (g *Ingress) handle(subject, reply string, header nats.Header, data []byte)
 		g.retries <- it
 		return
 	}
-	fut, err := g.pub.PublishAsync(g.cbDeadline.at(it.start), it.topic, json.RawMessage(it.data), it.opts...)
+	fut, err := g.pub.PublishAsync(traced(g.cbDeadline.at(it.start), it), it.topic, json.RawMessage(it.data), it.opts...)
 	if err != nil {
 		g.failed(it, err, false)
 		return
@@ -318,6 +335,7 @@ func (g *Ingress) refused(it *item, r *refusal) {
 	if it.reply != "" {
 		g.send(replyError(it.reply, r))
 		g.release()
+		endSpan(it, nil, false, r, nil)
 		return
 	}
 	// The message moves from a valid message's place to one of the refusals' own; when all
@@ -333,6 +351,7 @@ func (g *Ingress) refused(it *item, r *refusal) {
 		g.stats.refusalsDropped.Add(1)
 		g.m.refusalsDropped.Inc()
 		g.logDroppedRefusal(it)
+		endSpan(it, nil, false, r, nil)
 	}
 }
 
@@ -391,6 +410,7 @@ func (g *Ingress) stored(it *item, e *jetbus.Event, dup, retried bool) {
 		g.send(&nats.Msg{Subject: it.reply, Data: replyOK(e, dup)})
 	}
 	g.release()
+	endSpan(it, e, dup, nil, nil)
 }
 
 func (g *Ingress) send(m *nats.Msg) {

@@ -47,7 +47,7 @@ func TestRequestReply(t *testing.T) {
 	} {
 		assert.Equal(t, v, m.Header.Get(k), "header %s", k)
 	}
-	assert.Empty(t, m.Header.Get("traceparent"), "headers outside the contract are not forwarded")
+	assert.Empty(t, m.Header.Get("traceparent"), "a malformed traceparent is dropped, not refused")
 
 	// Without a key the event is partitioned by its ID, and the client's ID is the event's.
 	r = decodeOK(t, request(t, nc, "in.orders", []byte(`null`), jetbus.HeaderMsgID, "client-id-1"))

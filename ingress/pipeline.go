@@ -88,7 +88,7 @@ func (g *Ingress) retryOne(it *item) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(g.work, g.cfg.AckTimeout)
-		fut, err := g.pub.PublishAsync(ctx, it.topic, json.RawMessage(it.data), opts...)
+		fut, err := g.pub.PublishAsync(traced(ctx, it), it.topic, json.RawMessage(it.data), opts...)
 		async := false
 		if err == nil {
 			if it.event == nil {
@@ -132,9 +132,10 @@ func (g *Ingress) deadLetter(it *item) {
 	})
 	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 	for attempt := 1; ; attempt++ {
-		_, err := g.dl.Reject(g.work, r)
+		_, err := g.dl.Reject(traced(g.work, it), r)
 		if err == nil {
 			g.releaseItem(it)
+			endSpan(it, nil, false, it.ref, nil)
 			return
 		}
 		if attempt == 1 {
@@ -226,6 +227,7 @@ func (g *Ingress) abandon(it *item, err error) {
 	g.log.Error("ingress stopped before a fire-and-forget message was stored or dead-lettered: it is lost",
 		"subject", it.subject, "id", id, "error", err)
 	g.releaseItem(it)
+	endSpan(it, nil, false, nil, err)
 }
 
 // probe asks, while the breaker is open, for the stream of the topic that failed last; an

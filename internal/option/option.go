@@ -1,6 +1,6 @@
-// Package option holds what the components' functional options share: the two Go-only
-// settings every component takes (a logger and a Prometheus registerer) and the loop that
-// applies options. A component keeps its own Option type and With… functions, and builds
+// Package option holds what the components' functional options share: the Go-only settings
+// every component takes (a logger, a Prometheus registerer and an OpenTelemetry tracer
+// provider) and the loop that applies options. A component keeps its own Option type and With… functions, and builds
 // them from these so that each says in one line what it sets.
 package option
 
@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Common is the settings every component takes as options. A component's options struct
@@ -15,6 +16,9 @@ import (
 type Common struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// TracerProvider traces the component (nil: OpenTelemetry's global provider, which
+	// traces nothing until one is set; internal/spans.Tracer tells).
+	TracerProvider trace.TracerProvider
 }
 
 // common returns c: it lets Logger and Registerer reach the Common of any struct embedding it.
@@ -39,6 +43,11 @@ func Logger[T any, P Embedder[T]](l *slog.Logger) func(*T) error {
 // Registerer sets the Prometheus registerer (nil: no metrics registered).
 func Registerer[T any, P Embedder[T]](r prometheus.Registerer) func(*T) error {
 	return func(o *T) error { P(o).common().Registerer = r; return nil }
+}
+
+// TracerProvider sets the tracer provider (nil: the global one).
+func TracerProvider[T any, P Embedder[T]](tp trace.TracerProvider) func(*T) error {
+	return func(o *T) error { P(o).common().TracerProvider = tp; return nil }
 }
 
 // Apply returns the options opts set, in order, from their defaults: a Common whose logger

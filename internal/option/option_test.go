@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jetbus/jetbus/internal/option"
 )
@@ -26,6 +27,10 @@ func TestApply(t *testing.T) {
 	o, err = option.Apply[settings]([]opt{option.Logger[settings](l), option.Registerer[settings](r)})
 	if err != nil || o.Logger != l || o.Registerer != r {
 		t.Fatalf("set: %+v, %v", o, err)
+	}
+	tp := noop.NewTracerProvider()
+	if o, _ = option.Apply[settings]([]opt{option.TracerProvider[settings](tp)}); o.TracerProvider != tp {
+		t.Fatalf("tracer provider: %+v", o)
 	}
 	boom := errors.New("boom")
 	if _, err := option.Apply[settings]([]opt{func(*settings) error { return boom }}); !errors.Is(err, boom) {

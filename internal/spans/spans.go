@@ -28,7 +28,14 @@ const (
 	// on its last attempt: the dead-letter safety net takes it) or manual (left to
 	// Bus.Ack/Nack).
 	AttrOutcome = attribute.Key("jetbus.outcome")
+	// AttrLinksDropped counts the links a span did not keep (a batch's beyond MaxLinks).
+	AttrLinksDropped = attribute.Key("jetbus.links_dropped")
 )
+
+// MaxLinks bounds the links jetbus gives one span (a projection's batch write links to each
+// event's span): more than OpenTelemetry's default span limit of 128 would be dropped by the
+// SDK anyway, and a span's size stays bounded.
+const MaxLinks = 128
 
 // Tracer returns tp's tracer for the instrumentation scope name, or nil when tp records
 // and propagates nothing: a no-op provider, or the global one (tp nil) before
@@ -95,6 +102,30 @@ func Parent(ctx context.Context, e *jetbus.Event) context.Context {
 	return w3c.Extract(ctx, Carrier{e})
 }
 
+// ParentOf returns ctx with the trace context of a traceparent and tracestate as they came on
+// the wire (a message's headers, an outbox document's field) as its remote span context;
+// ctx itself when traceparent is not valid (jetbus.ValidTraceParent). An invalid tracestate
+// is left out.
+func ParentOf(ctx context.Context, traceparent, tracestate string) context.Context {
+	if !jetbus.ValidTraceParent(traceparent) {
+		return ctx
+	}
+	if !jetbus.ValidTraceState(tracestate) {
+		tracestate = ""
+	}
+	return w3c.Extract(ctx, Carrier{&jetbus.Event{TraceParent: traceparent, TraceState: tracestate}})
+}
+
+// TraceParent is sc as a W3C traceparent (version 00), "" when sc is not valid.
+func TraceParent(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	var e jetbus.Event
+	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), Carrier{&e})
+	return e.TraceParent
+}
+
 // Inject sets e's trace context to the span context of ctx, when ctx holds a valid one, and
 // reports whether it did. The tracestate is the span context's (empty when it has none).
 func Inject(ctx context.Context, e *jetbus.Event) bool {
@@ -136,6 +167,15 @@ var (
 	Publish = semconvOp{semconv.MessagingOperationTypeSend, "publish"}
 	// Process is the handling of one delivery: a consumer span, named "process <topic>".
 	Process = semconvOp{semconv.MessagingOperationTypeProcess, "process"}
+	// Ingress is ingress taking a client's message from in.<topic>: a server span, named
+	// "ingress <topic>".
+	Ingress = semconvOp{semconv.MessagingOperationTypeProcess, "ingress"}
+	// DeadLetter is the DLQ's write of a dead letter: a producer span, named
+	// "dead-letter <topic>".
+	DeadLetter = semconvOp{semconv.MessagingOperationTypeSend, "dead-letter"}
+	// Replay is a DLQ replay's republish of one dead letter: a producer span, named
+	// "replay <topic>".
+	Replay = semconvOp{semconv.MessagingOperationTypeSend, "replay"}
 )
 
 // Name is the span name of op on topic, as the semantic conventions spell it:

@@ -2,6 +2,7 @@ package spans_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -57,4 +58,22 @@ func TestParentInjectLink(t *testing.T) {
 	assert.True(t, spans.Inject(trace.ContextWithSpanContext(context.Background(), sc.WithTraceState(trace.TraceState{})), out))
 	assert.Equal(t, tp, out.TraceParent)
 	assert.Empty(t, out.TraceState)
+}
+
+func TestParentOfTraceParent(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ctx := spans.ParentOf(context.Background(), tp, "rojo=1")
+	sc := trace.SpanContextFromContext(ctx)
+	assert.True(t, sc.IsRemote())
+	assert.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", sc.TraceID().String())
+	assert.Equal(t, "rojo=1", sc.TraceState().String())
+	assert.Equal(t, tp, spans.TraceParent(sc))
+
+	sc = trace.SpanContextFromContext(spans.ParentOf(context.Background(), tp, "not a tracestate"))
+	assert.True(t, sc.IsValid(), "an invalid tracestate alone is left out")
+	assert.Empty(t, sc.TraceState().String())
+	for _, bad := range []string{"", "00-1", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09", strings.ToUpper(tp)} {
+		assert.Equal(t, context.Background(), spans.ParentOf(context.Background(), bad, ""), bad)
+	}
+	assert.Empty(t, spans.TraceParent(trace.SpanContext{}))
 }

@@ -149,7 +149,8 @@ func ingressComponent(ctx context.Context, sh *shared) ([]process.Component, err
 	}
 	sh.res.add(func() error { conn.Close(); return nil })
 	conn.SetErrorHandler(natsErrors(env.Logger))
-	g, err := ingress.New(conn, bus, sh.q, ingressConfig(cfg), ingress.WithLogger(env.Logger), ingress.WithRegisterer(env.Metrics))
+	g, err := ingress.New(conn, bus, sh.q, ingressConfig(cfg), ingress.WithLogger(env.Logger), ingress.WithRegisterer(env.Metrics),
+		ingress.WithTracerProvider(env.Tracer))
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,9 @@ import (
 )
 
 // TestBridgeTraces runs a bridge with tracing on against an in-process OTLP receiver: the
-// event a client sends through ingress is published under a producer span of service
-// jetbus-bridge, carried on the event, and the batch that holds it is exported when the
+// event a client sends through ingress with its traceparent is taken under an ingress server
+// span of service jetbus-bridge continuing the client's trace, published under a producer
+// span, its child, carried on the event, and the batch that holds them is exported when the
 // bridge stops (the batch delay is longer than the test: only the flush on stop sends it).
 func TestBridgeTraces(t *testing.T) {
 	s := embeddedtest.NATS(t)
@@ -28,7 +29,11 @@ tracing: {enabled: true, endpoint: "`+r.HTTPEndpoint()+`"}
 `, "JETBUS_NATS_URLS="+s.ClientURL())
 
 	nc := embeddedtest.Connect(t, s.ClientURL())
-	reply, err := nc.Request("in.orders", []byte(`{"id":1}`), 10*time.Second)
+	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	req := nats.NewMsg("in.orders")
+	req.Data = []byte(`{"id":1}`)
+	req.Header.Set("traceparent", "00-"+clientTrace+"-"+clientSpan+"-01")
+	reply, err := nc.RequestMsg(req, 10*time.Second)
 	require.NoError(t, err)
 	require.Empty(t, reply.Header.Get("Nats-Service-Error"), string(reply.Data))
 	js, err := nc.JetStream()
@@ -41,15 +46,23 @@ tracing: {enabled: true, endpoint: "`+r.HTTPEndpoint()+`"}
 
 	require.NoError(t, bridge.stop())
 	got := r.Spans()
-	var publish *otlptest.Span
+	var publish, in *otlptest.Span
 	for i, sp := range got {
 		assert.Equal(t, "jetbus-bridge", sp.Service)
-		if sp.Name == "publish orders" {
+		switch sp.Name {
+		case "publish orders":
 			publish = &got[i]
+		case "ingress orders":
+			in = &got[i]
 		}
 	}
 	require.NotNil(t, publish, "spans exported on stop: %v", got)
+	require.NotNil(t, in, "spans exported on stop: %v", got)
+	assert.Equal(t, clientTrace, traceparent[3:35], "the client's trace")
 	assert.Equal(t, traceparent[3:35], publish.TraceID)
 	assert.Equal(t, traceparent[36:52], publish.SpanID)
 	assert.Equal(t, "nats", publish.Attributes["messaging.system"])
+	assert.Equal(t, in.SpanID, publish.ParentSpanID)
+	assert.Equal(t, clientSpan, in.ParentSpanID)
+	assert.Equal(t, clientTrace, in.TraceID)
 }
