@@ -85,8 +85,9 @@
 //
 // Replay republishes a dead letter to its original topic through the normal publish path
 // (validated, partitioned by key), with a new event ID derived from the dead letter
-// ("replay:<stream>:<seq>:<group>", so replaying twice stores one event) and caused_by set to
-// the original event's ID. Before republishing, it records in the KV bucket ReplayBucket that
+// ("replay:<stream>:<seq>:<group>", so replaying twice stores one event), caused_by set to
+// the original event's ID, and the original's trace context (traceparent, tracestate,
+// baggage): the replayed event continues the original's trace. Before republishing, it records in the KV bucket ReplayBucket that
 // this event ID is meant for the group it failed in, with the topic, key and SHA-256 of the
 // body it publishes: the middleware of every other group acknowledges the event without
 // calling the handler, so only the group that failed sees it again. A delivery with that ID
@@ -119,6 +120,14 @@
 // order survives failures. Replaying (or discarding) the key's dead letters in order releases
 // it. Parking state lives in the KV bucket jetbus_dlq_parked, key "<group>.<stream>.<key in
 // base64url>", shared by every member of the group.
+//
+// # Tracing
+//
+// With a tracer provider that records (WithTracerProvider), a dead letter's write is a span
+// "dead-letter <topic>" in the failing delivery's trace, a Replay a span "dlq replay", and the
+// republish of each letter a span "replay <topic>": a child of the original event's trace
+// context, linked to the original span and to the Replay's, parent of the Bus's publish span
+// (so the replayed event carries the original trace ID). See trace.go and docs/operations.md.
 //
 // This package does not decide when an event has failed: the Bus's attempt counting and
 // jetbus.Permanent do.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/retry"
@@ -197,10 +198,19 @@ func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 // store publishes o to the DLQ, waits for the acknowledgement and parks o's key when parking
 // is on. A refused message parks nothing: it never reached a group, and no delivery would
 // ever wait behind it, so a flood of them with invented keys would only fill the bucket.
-func (q *Queue) store(ctx context.Context, o *origin) (uint64, error) {
+func (q *Queue) store(ctx context.Context, o *origin) (_ uint64, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	ack, err := q.js.PublishMsg(ctx, o.msg(time.Now()))
+	ctx, span := q.startStore(ctx, o)
+	var ack *natsjs.PubAck
+	defer func() {
+		if ack != nil {
+			endSpan(span, ack.Stream, ack.Sequence, err)
+		} else {
+			endSpan(span, "", 0, err)
+		}
+	}()
+	ack, err = q.js.PublishMsg(ctx, o.msg(time.Now()))
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrDLQUnavailable, retry.Opaque(err))
 	}

@@ -11,9 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus/internal/option"
 	"github.com/jetbus/jetbus/internal/retry"
+	"github.com/jetbus/jetbus/internal/spans"
 )
 
 // Names on the wire.
@@ -202,6 +204,7 @@ type Queue struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	tracer  trace.Tracer // nil: the Queue does not trace
 	advLog  atomic.Int64 // Unix nanoseconds of the last warning about a refused advisory
 	rejLog  atomic.Int64 // Unix nanoseconds of the last warning about a rejected message
 	// mismatchLog: Unix nanoseconds of the last warning about an event reusing a replay's ID
@@ -217,7 +220,7 @@ type Queue struct {
 }
 
 // Open ensures the DLQ stream (and, with parking, the parking bucket) and returns the Queue.
-// Close it to stop its watchers. Options: WithLogger, WithRegisterer.
+// Close it to stop its watchers. Options: WithLogger, WithRegisterer, WithTracerProvider.
 func Open(ctx context.Context, js JetStream, cfg Config, opts ...Option) (*Queue, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -231,7 +234,8 @@ func Open(ctx context.Context, js JetStream, cfg Config, opts ...Option) (*Queue
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{js: js, cfg: cfg, log: o.Logger, metrics: m, parked: make(map[string]*parkSet), stop: make(chan struct{})}
+	q := &Queue{js: js, cfg: cfg, log: o.Logger, metrics: m, tracer: spans.Tracer(o.TracerProvider, scope),
+		parked: make(map[string]*parkSet), stop: make(chan struct{})}
 	if err := q.Ensure(ctx); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/retry"
@@ -217,20 +218,24 @@ func (q *Queue) replayedFor(ctx context.Context, d *jetbus.Delivery) (string, er
 // (Filter.From) goes on. A letter republished but not yet removed when the process died is
 // republished with the same event ID (ReplayID): dropped as a duplicate within the topic's
 // duplicate window.
-func (q *Queue) Replay(ctx context.Context, pub Publisher, opts ReplayOptions) (*ReplayReport, error) {
+func (q *Queue) Replay(ctx context.Context, pub Publisher, opts ReplayOptions) (rep *ReplayReport, err error) {
 	if err := opts.Filter.validate(); err != nil {
 		return nil, err
+	}
+	if !opts.DryRun {
+		var span trace.Span
+		ctx, span = q.startReplayRun(ctx, opts.Filter)
+		defer func() { endReplayRun(span, rep, err) }()
 	}
 	r := &replayer{q: q, pub: pub, opts: opts, rep: &ReplayReport{Failed: map[Position]error{}},
 		blocked: map[[16]byte]struct{}{}, touched: map[parkRef]struct{}{}}
 	if !opts.DryRun {
-		var err error
 		if r.streams, err = q.openStores(ctx); err != nil {
 			return nil, err
 		}
 	}
 	onStore := func(n uint64) { r.total += int(n) }
-	err := q.scan(ctx, opts.Filter, false, onStore, func(l *Letter) bool {
+	err = q.scan(ctx, opts.Filter, false, onStore, func(l *Letter) bool {
 		if opts.Limit > 0 && r.rep.Selected >= opts.Limit {
 			r.limited = true
 			return false
@@ -457,7 +462,9 @@ func blockKey(l *Letter) [16]byte {
 	return k
 }
 
-func (q *Queue) replayOne(ctx context.Context, pub Publisher, s natsjs.Stream, l *Letter, transform func(*Letter) (json.RawMessage, error)) (*jetbus.Event, error) {
+func (q *Queue) replayOne(ctx context.Context, pub Publisher, s natsjs.Stream, l *Letter, transform func(*Letter) (json.RawMessage, error)) (ev *jetbus.Event, err error) {
+	ctx, span := q.startReplay(ctx, l)
+	defer func() { endSpan(span, "", 0, err) }()
 	body := l.Body
 	if transform != nil {
 		var err error
@@ -487,13 +494,21 @@ func (q *Queue) replayOne(ctx context.Context, pub Publisher, s natsjs.Stream, l
 		headers[k] = v[0]
 	}
 	opts = append(opts, jetbus.WithHeaders(headers))
+	// The original's trace context: the replayed event continues its trace (the Bus makes its
+	// publish span a child of ctx's replay span when it traces, or carries these as they are).
+	if tp, ts := l.Header.Get(jetbus.HeaderTraceParent), l.Header.Get(jetbus.HeaderTraceState); tp != "" || ts != "" {
+		opts = append(opts, jetbus.WithTraceContext(tp, ts))
+	}
+	if bag := l.Header.Get(jetbus.HeaderBaggage); bag != "" {
+		opts = append(opts, jetbus.WithBaggage(bag))
+	}
 	if !l.Rejected() { // a rejected message never reached its topic: every group gets it
 		rec := replayRecord{Group: l.Group, Topic: l.Topic, Key: l.Key, SHA256: bodySHA256(body)}
 		if err := q.recordReplay(ctx, ReplayID(l), rec); err != nil {
 			return nil, err
 		}
 	}
-	ev, err := pub.Publish(ctx, l.Topic, body, opts...)
+	ev, err = pub.Publish(ctx, l.Topic, body, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("republish to %s: %w", l.Topic, err)
 	}

@@ -112,6 +112,10 @@ func TestIngressSpans(t *testing.T) {
 	e := newEnv(t, jbjs.TopicConfig{Name: "orders", Partitions: 2})
 	tp, sr := recorder(t)
 	pub, _ := e.publisher(jbjs.WithTracerProvider(tp))
+	q, err := dlq.Open(t.Context(), e.js, dlq.Config{}, dlq.WithTracerProvider(tp))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	e.q = q
 	e.runWith(pub, ingress.Config{Allow: []string{"orders"}}, ingress.WithTracerProvider(tp))
 	nc := client(t, e.url)
 
@@ -147,6 +151,8 @@ func TestIngressSpans(t *testing.T) {
 	dl := ended(t, sr, "ingress orders", inTrace(letterTrace))
 	assert.Equal(t, "not_json", attrOf(dl, "error.type").AsString())
 	assert.Equal(t, 1, len(e.letters(dlq.Filter{Topic: "orders"})), "dead-lettered before the span ended")
+	write := ended(t, sr, "dead-letter orders", inTrace(letterTrace))
+	assert.Equal(t, dl.SpanContext().SpanID(), write.Parent().SpanID(), "the dead letter is written under the ingress span")
 
 	// A subject that is no allowed topic: one span name for all of them.
 	const otherTrace = "33333333333333333333333333333333"

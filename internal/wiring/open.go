@@ -109,7 +109,7 @@ func Open(ctx context.Context, cfg *config.Config, name string, needs Needs, log
 		t.Publisher = vbus
 	}
 	if needs.DLQ {
-		if t.DLQ, err = dlq.Open(ctx, t.Bus.JetStream(), dlqConfig(cfg.DLQ, true), dlq.WithLogger(log)); err != nil {
+		if t.DLQ, err = dlq.Open(ctx, t.Bus.JetStream(), dlqConfig(cfg.DLQ, true), dlq.WithLogger(log), dlq.WithTracerProvider(t.Tracer)); err != nil {
 			return nil, err
 		}
 		t.res.add(t.DLQ.Close)

@@ -33,7 +33,8 @@ func openShared(ctx context.Context, env *process.Env, res *resources, withDLQ b
 	res.add(reg.Close)
 	sh.reg = reg
 	if withDLQ {
-		q, err := dlq.Open(ctx, env.Bus.JetStream(), dlqConfig(env.Config.DLQ, false), dlq.WithRegisterer(env.Metrics), dlq.WithLogger(env.Logger))
+		q, err := dlq.Open(ctx, env.Bus.JetStream(), dlqConfig(env.Config.DLQ, false), dlq.WithRegisterer(env.Metrics), dlq.WithLogger(env.Logger),
+			dlq.WithTracerProvider(env.Tracer))
 		if err != nil {
 			return nil, err
 		}
