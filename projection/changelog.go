@@ -43,7 +43,7 @@ type Changelog struct {
 // NewChangelog returns the changelog projection of cfg (Collection required), reading
 // through bus, writing to client's cfg.Database and dead-letters to dl.
 //
-// Options: WithLogger, WithRegisterer, WithMiddlewares, WithWriteModels.
+// Options: WithLogger, WithRegisterer, WithMiddlewares, WithWriteModels, WithTracerProvider.
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup and ErrInvalidConfig (Config.Validate,
 // a missing Collection, nil dependencies).
@@ -237,7 +237,8 @@ func (c *Changelog) newView(group, collection string) *view {
 
 func (v *view) engine() *engine {
 	c := v.c
-	return &engine{name: c.cfg.Name, group: v.group, cfg: c.cfg, bus: c.bus, dl: c.dl, log: c.set.log, m: c.m, mws: c.set.mws, s: v}
+	return &engine{name: c.cfg.Name, group: v.group, cfg: c.cfg, bus: c.bus, dl: c.dl, log: c.set.log, m: c.m, mws: c.set.mws, s: v,
+		tracer: c.set.tracer, target: writeTarget(c.cfg.Database, v.coll.Name(), "bulkWrite")}
 }
 
 var _ strategy = (*view)(nil)

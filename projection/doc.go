@@ -90,6 +90,18 @@
 //     race the next owner harmlessly (the version guard, the checkpoint fence). The Bus's
 //     take-over returns the crashed replica's deliveries first, in order.
 //
+// # Tracing
+//
+// With a tracer provider that records (WithTracerProvider), each attempt at writing a batch
+// is a client span "projection write <projection>" (db.system.name mongodb, db.namespace,
+// db.collection.name for a view, db.operation.name bulkWrite or commitTransaction,
+// messaging.batch.message_count, jetbus.attempt), linked to the span of each event of the
+// batch (its delivery's consumer span), at most 128 (the rest counted in
+// jetbus.links_dropped). Its parent is the span of the batch's first sampled event: every
+// sampled event reaches its batch's write through the parent or a link, and a batch of one
+// event is its child. A dead letter of a batch's event is written in that event's trace, and
+// a transactional handler's ctx carries its event's span.
+//
 // # Metrics
 //
 // projection_events_total{projection,outcome} (written, coalesced, stale, skipped,

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/internal/retry"
@@ -59,6 +62,9 @@ type entry struct {
 	out    outcome
 	noop   bool   // a middleware settled it: acknowledge only
 	dlqSeq uint64 // set once the DLQ stored it
+	// sc is the span of the delivery (its consumer span, or the event's trace context), for
+	// the batch write's links; invalid when there is none.
+	sc trace.SpanContext
 }
 
 func (e *entry) deadLetter(err error) {
@@ -89,6 +95,10 @@ type engine struct {
 	m     *metrics
 	mws   []jetbus.HandlerMiddleware
 	s     strategy
+	// tracer is nil when the projection does not trace; target are the write spans'
+	// database attributes.
+	tracer trace.Tracer
+	target []attribute.KeyValue
 
 	settled atomic.Uint64 // events written (or skipped) and acknowledged
 
@@ -356,6 +366,9 @@ func (ps *partState) accept(ctx context.Context, d *jetbus.Delivery) error {
 		*p = true
 	}
 	en := &entry{d: d}
+	if ps.e.tracer != nil {
+		en.sc = spanContextOf(ctx, d)
+	}
 	ps.e.s.decode(en)
 	ps.add(en)
 	return nil
@@ -521,9 +534,11 @@ func (ps *partState) flush(entries []*entry) bool {
 	b := &batch{topic: ps.topic, p: ps.p, entries: entries}
 	ctx := ps.ctx
 	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for {
+	for attempt := 1; ; attempt++ {
 		tctx, cancel := context.WithTimeout(ctx, e.cfg.WriteTimeout)
+		tctx, span := e.startWrite(tctx, b, attempt)
 		err := e.s.apply(tctx, ps, b)
+		endWrite(span, err)
 		cancel()
 		if err == nil {
 			break
@@ -542,7 +557,7 @@ func (ps *partState) flush(entries []*entry) bool {
 	bo.Reset()
 	for _, en := range entries {
 		for en.out == outDeadLetter && en.dlqSeq == 0 {
-			seq, err := e.dl.DeadLetter(ctx, en.d, dlq.ReasonProjection, en.err)
+			seq, err := e.dl.DeadLetter(en.traced(ctx), en.d, dlq.ReasonProjection, en.err)
 			if err == nil {
 				en.dlqSeq = seq
 				e.log.Info("event dead-lettered", "projection", e.name, "id", en.d.ID, "seq", en.d.Seq, "err", en.err)

@@ -7,8 +7,10 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/spans"
 )
 
 // Bus is what a projection needs of the Bus: partitioned subscriptions (package partition
@@ -39,6 +41,8 @@ type settings struct {
 	reg         prometheus.Registerer
 	writeModels WriteModelsFunc
 	mws         []jetbus.HandlerMiddleware
+	tp          trace.TracerProvider
+	tracer      trace.Tracer // spans.Tracer(tp): nil when the projection does not trace
 }
 
 func applyOptions(opts []Option) (settings, error) {
@@ -54,7 +58,16 @@ func applyOptions(opts []Option) (settings, error) {
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
+	o.tracer = spans.Tracer(o.tp, scope)
 	return o, nil
+}
+
+// WithTracerProvider traces the projection with tp (OpenTelemetry): a span per batch write,
+// linked to each event's span (see "Tracing" in the package doc). Default: the global
+// provider as it is when the projection is created, which traces nothing until one is set.
+// The Bus traces the deliveries themselves (jetstream.WithTracerProvider).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *settings) error { o.tp = tp; return nil }
 }
 
 // WithLogger logs to l (default: discard).

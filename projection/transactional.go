@@ -52,7 +52,7 @@ type Transactional struct {
 // The checkpoints live in cfg.Database; the deployment must support transactions (a replica
 // set).
 //
-// Options: WithLogger, WithRegisterer, WithMiddlewares.
+// Options: WithLogger, WithRegisterer, WithMiddlewares, WithTracerProvider.
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup and ErrInvalidConfig.
 func NewTransactional(bus Bus, client *mongo.Client, dl DeadLetters, h TxHandler, cfg Config, opts ...Option) (*Transactional, error) {
@@ -104,7 +104,8 @@ func (t *Transactional) Status(context.Context) (any, error) {
 
 // Run runs the projection as one replica of its group (cfg.Name) until ctx is done.
 func (t *Transactional) Run(ctx context.Context) error {
-	eng := &engine{name: t.cfg.Name, group: t.cfg.Name, cfg: t.cfg, bus: t.bus, dl: t.dl, log: t.set.log, m: t.m, mws: t.set.mws, s: t}
+	eng := &engine{name: t.cfg.Name, group: t.cfg.Name, cfg: t.cfg, bus: t.bus, dl: t.dl, log: t.set.log, m: t.m, mws: t.set.mws, s: t,
+		tracer: t.set.tracer, target: writeTarget(t.cfg.Database, "", "commitTransaction")}
 	t.mu.Lock()
 	t.eng = eng
 	t.mu.Unlock()
@@ -241,7 +242,7 @@ func (t *Transactional) apply(ctx context.Context, ps *partState, b *batch) erro
 			return err // the engine retries the batch after a backoff
 		}
 		// Dead-letter it now: the next commit moves the checkpoint past it.
-		seq, derr := t.dl.DeadLetter(ctx, en.d, dlq.ReasonProjection, hf.err)
+		seq, derr := t.dl.DeadLetter(en.traced(ctx), en.d, dlq.ReasonProjection, hf.err)
 		if derr != nil {
 			return derr
 		}
@@ -318,7 +319,9 @@ func (t *Transactional) once(ctx context.Context, sess *mongo.Session, cp *check
 		}
 	}
 	for _, en := range todo {
-		if err := t.call(sctx, en.d); err != nil {
+		// The handler runs in its event's trace: what it does for the event (an outbox
+		// document with the event's traceparent, its own spans) follows the event.
+		if err := t.call(en.traced(sctx), en.d); err != nil {
 			if retry.Transient(err) && !jetbus.IsPermanent(err) {
 				return abort(err) // MongoDB's, not the event's
 			}

@@ -146,7 +146,7 @@ func (t *Tool) Status(ctx context.Context) (*ops.Status, error) {
 func (t *Tool) Rebuild(ctx context.Context, name string, ro projection.RebuildOptions) (*projection.Live, error) {
 	for _, p := range t.Config.Projections {
 		if p.Name == name {
-			return projection.Rebuild(ctx, t.Bus, t.Mongo, t.DLQ, projectionConfig(t.Config, p), ro, projectionOptions(t.Logger, nil, t.Schemas)...)
+			return projection.Rebuild(ctx, t.Bus, t.Mongo, t.DLQ, projectionConfig(t.Config, p), ro, projectionOptions(t.Logger, nil, t.Schemas, t.Tracer)...)
 		}
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownProjection, name)

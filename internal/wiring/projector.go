@@ -12,6 +12,7 @@ import (
 	"github.com/jetbus/jetbus/schema"
 	"github.com/jetbus/jetbus/snapshotapi"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Projector returns the projector process for cfg: at start it ensures the declared topics;
@@ -43,7 +44,7 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts := projectionOptions(env.Logger, env.Metrics, sh.reg)
+		opts := projectionOptions(env.Logger, env.Metrics, sh.reg, env.Tracer)
 		for _, p := range cfg.Projections {
 			c, err := projection.NewChangelog(env.Bus, env.Mongo, sh.q, projectionConfig(cfg, p), opts...)
 			if err != nil {
@@ -65,11 +66,11 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 }
 
 // projectionOptions are what every projection of a process (or a rebuild) shares: the
-// logger and metrics, and the registry's upcaster, so projections see every event in its
-// topic's latest shape.
-func projectionOptions(log *slog.Logger, metrics prometheus.Registerer, reg *schema.Registry) []projection.Option {
+// logger, metrics and tracer provider, and the registry's upcaster, so projections see every
+// event in its topic's latest shape.
+func projectionOptions(log *slog.Logger, metrics prometheus.Registerer, reg *schema.Registry, tp trace.TracerProvider) []projection.Option {
 	return []projection.Option{projection.WithLogger(log), projection.WithRegisterer(metrics),
-		projection.WithMiddlewares(reg.UpcastMiddleware())}
+		projection.WithMiddlewares(reg.UpcastMiddleware()), projection.WithTracerProvider(tp)}
 }
 
 // apiComponent wires the snapshot API: the cursor key shared through NATS KV, the registry
