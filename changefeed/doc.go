@@ -158,8 +158,9 @@
 // # The outbox
 //
 // AppendOutbox writes {_id: event ID, topic, key, payload (the JSON text), headers, ts} (and
-// sid, caused_by, tags) with the caller's context: inside session.WithTransaction the event
-// exists if and only if the transaction commits. A drainer (NewDrainer, one active per
+// sid, caused_by, tags, and traceparent and tracestate: the trace context of ctx's span) with
+// the caller's context: inside session.WithTransaction the event exists if and only if the
+// transaction commits. A drainer (NewDrainer, one active per
 // outbox by the same lease, kind "outbox") tails the collection with a change stream, never
 // by polling: on taking the lease it opens the stream, publishes the pending documents in
 // (ts, _id) order, then the inserted ones, each with Msg-Id = _id (a string as it is, any other type as Key
@@ -174,7 +175,16 @@
 // by other means are checked like any outside input: one without a topic, with a payload
 // that is not JSON (a string of JSON, or any BSON value, which is rendered as above),
 // headers that are not strings or are reserved, or a bad key, is dead-lettered (group
-// "outbox-<name>") and removed.
+// "outbox-<name>") and removed. A traceparent or tracestate that is not a valid string is
+// left out, never a reason to dead-letter.
+//
+// # Tracing
+//
+// Feeds and drainers publish through the Bus, whose "publish <topic>" producer span is the
+// span of each publish when it traces: a changefeed's is a root (a change stream carries no
+// trace context); a drainer's is a child of the document's traceparent, so the event
+// continues the trace of the transaction that appended it. A dead letter keeps the
+// document's trace context.
 //
 // # Operations
 //

@@ -13,10 +13,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/spans"
 )
 
 // Fields of an outbox document: {_id: event ID, topic, key, payload, headers, ts}, and sid,
-// caused_by and tags when set. A drainer sets sent (mark mode).
+// caused_by, tags, traceparent and tracestate when set. A drainer sets sent (mark mode).
 const (
 	OutboxID       = "_id"
 	OutboxTopic    = "topic"
@@ -27,7 +28,13 @@ const (
 	OutboxSID      = "sid"
 	OutboxCausedBy = "caused_by"
 	OutboxTags     = "tags"
-	OutboxSent     = "sent"
+	// OutboxTraceParent and OutboxTraceState are the W3C trace context the event continues
+	// (strings, as the headers of the same names: docs/wire.md, "Trace context"): the
+	// drainer's publish span is a child of it, and the event carries the trace ID. A value
+	// that is not a string, or not valid, is ignored, never an error.
+	OutboxTraceParent = "traceparent"
+	OutboxTraceState  = "tracestate"
+	OutboxSent        = "sent"
 )
 
 // AppendOutbox writes an event for topic into the outbox collection coll, for a drainer to
@@ -35,13 +42,16 @@ const (
 // session.WithTransaction passes to its callback): the event is published if and only if the
 // transaction commits, exactly once per committed transaction.
 //
-// The document is {_id: event ID, topic, key, payload, headers, ts} (and sid, caused_by and
-// tags when set): payload is the JSON text of payload (marshaled with encoding/json; a
-// json.RawMessage as is, after a validity check; nil is a tombstone), ts the event time in
-// milliseconds. The options are the Bus's publish options (jetbus.WithKey, WithID,
-// WithHeaders, WithTS, WithSID, WithCausedBy, WithTags) and are checked as Publish checks
-// them; without WithID the event ID is a fresh UUIDv7. It returns the event as it will be
-// published (without partition and sequence).
+// The document is {_id: event ID, topic, key, payload, headers, ts} (and sid, caused_by,
+// tags, traceparent and tracestate when set): payload is the JSON text of payload
+// (marshaled with encoding/json; a json.RawMessage as is, after a validity check; nil is a
+// tombstone), ts the event time in milliseconds. The options are the Bus's publish options
+// (jetbus.WithKey, WithID, WithHeaders, WithTS, WithSID, WithCausedBy, WithTags,
+// WithTraceContext) and are checked as Publish checks them; without WithID the event ID is
+// a fresh UUIDv7. The trace context is ctx's span's, as Publish takes it, else
+// WithTraceContext's when valid (a malformed one is left out, never an error): the event
+// the drainer publishes continues that trace. It returns the event as it will be published
+// (without partition, sequence and the drainer's own span).
 //
 // A bad topic, option or payload is refused with the root's sentinels
 // (jetbus.ErrInvalidTopic, jetbus.ErrInvalidKey, jetbus.ErrInvalidHeader,
@@ -65,6 +75,12 @@ func AppendOutbox(ctx context.Context, coll *mongo.Collection, topic string, pay
 	}
 	ev := &jetbus.Event{ID: o.ID, Topic: topic, Key: o.Key, TS: o.TS, SID: o.SID, Headers: o.Headers,
 		Payload: body, CausedBy: o.CausedBy, Tags: o.Tags}
+	if !spans.Inject(ctx, ev) && jetbus.ValidTraceParent(o.TraceParent) {
+		ev.TraceParent = o.TraceParent
+		if jetbus.ValidTraceState(o.TraceState) {
+			ev.TraceState = o.TraceState
+		}
+	}
 	if ev.ID == "" {
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -103,6 +119,12 @@ func AppendOutbox(ctx context.Context, coll *mongo.Collection, topic string, pay
 	}
 	if len(ev.Tags) > 0 {
 		doc = append(doc, bson.E{Key: OutboxTags, Value: ev.Tags})
+	}
+	if ev.TraceParent != "" {
+		doc = append(doc, bson.E{Key: OutboxTraceParent, Value: ev.TraceParent})
+		if ev.TraceState != "" {
+			doc = append(doc, bson.E{Key: OutboxTraceState, Value: ev.TraceState})
+		}
 	}
 	if _, err := coll.InsertOne(ctx, doc); err != nil {
 		return nil, fmt.Errorf("changefeed: append to outbox %s: %w", coll.Name(), err)
@@ -155,6 +177,11 @@ func outboxMessage(raw bson.Raw) (*message, error) {
 		return m, fmt.Errorf("%w: _id is missing or empty", ErrInvalidOutbox)
 	}
 	m.id = id
+	// The trace context, first, so that a dead letter of the document keeps it too: a value
+	// that is not a string is no trace context (left out, as the Bus leaves out a malformed
+	// one); the Bus validates the strings.
+	m.traceParent, _ = raw.Lookup(OutboxTraceParent).StringValueOK()
+	m.traceState, _ = raw.Lookup(OutboxTraceState).StringValueOK()
 	bad := func(format string, args ...any) (*message, error) {
 		if m.payload == nil {
 			m.payload, _ = appendDocJSON(nil, raw)

@@ -45,6 +45,9 @@ type message struct {
 	ts      time.Time
 	headers map[string]string
 	opts    []jetbus.PublishOption // more options (the outbox's SID, tags, caused-by)
+	// traceParent and traceState are the trace context the event continues (an outbox
+	// document's), as given: the Bus validates them.
+	traceParent, traceState string
 	// change is the change the message was made from, if any: the dead letter of a message
 	// too large to publish holds its summary instead of the payload.
 	change *change
@@ -73,6 +76,9 @@ func (s *sender) send(ctx context.Context, m *message) (fut jetbus.PublishFuture
 		opts = append(opts, jetbus.WithHeaders(m.headers))
 	}
 	opts = append(opts, m.opts...)
+	if m.traceParent != "" {
+		opts = append(opts, jetbus.WithTraceContext(m.traceParent, m.traceState))
+	}
 	fut, err = s.bus.PublishAsync(ctx, m.topic, json.RawMessage(m.payload), opts...)
 	if err == nil {
 		return fut, false, nil
@@ -138,6 +144,12 @@ func (s *sender) reject(ctx context.Context, m *message, cause error) error {
 		// document must not reach the dead letter.
 		if jetbus.ValidateHeaderName(k) == nil && jetbus.ValidateHeaderValue(k, v) == nil {
 			h.Set(k, v)
+		}
+	}
+	if jetbus.ValidTraceParent(m.traceParent) { // its dead letter stays in its trace
+		h.Set(jetbus.HeaderTraceParent, m.traceParent)
+		if jetbus.ValidTraceState(m.traceState) {
+			h.Set(jetbus.HeaderTraceState, m.traceState)
 		}
 	}
 	key := m.key
