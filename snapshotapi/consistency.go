@@ -103,10 +103,12 @@ func CheckpointID(group, topic string, partition int) string {
 }
 
 // awaitApplied waits until every position of rp.after is applied to v's live collection.
-func (s *Server) awaitApplied(ctx context.Context, v *view, live liveState, rp readParams) *apiError {
+func (s *Server) awaitApplied(ctx context.Context, v *view, live liveState, rp readParams) (refused *apiError) {
 	if len(rp.after) == 0 {
 		return nil
 	}
+	ctx, span := s.startAwait(ctx, v, rp)
+	defer func() { endAwait(span, refused) }()
 	wait := s.cfg.DefaultWait
 	if rp.waitSet {
 		wait = rp.wait

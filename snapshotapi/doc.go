@@ -107,6 +107,14 @@
 //     ?meta=1), _topic and _deleted; kept tombstones (_deleted: true) are 404s and are left out
 //     of pages. Dates become RFC 3339 strings with milliseconds, ObjectIds hex, NaN null.
 //
+// # Tracing
+//
+// With a tracer provider that records (WithTracerProvider), each request is a server span
+// "<method> <route>" continuing the request's traceparent, an ?after= wait its child span
+// "await <view>", and the answer carries a W3C traceresponse header
+// (00-<trace-id>-<span-id>-<flags>) naming the request's span (exposed to browsers with
+// CORS). See trace.go.
+//
 // # Metrics
 //
 // snapshotapi_requests_total{route,view,code}, snapshotapi_request_duration_seconds{route},

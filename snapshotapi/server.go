@@ -18,9 +18,11 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/retry"
+	"github.com/jetbus/jetbus/internal/spans"
 	"github.com/jetbus/jetbus/schema"
 )
 
@@ -63,6 +65,7 @@ type Option func(*settings) error
 type settings struct {
 	log *slog.Logger
 	reg prometheus.Registerer
+	tp  trace.TracerProvider // trace.go
 }
 
 // WithLogger logs faults of the server (never of requests) and the cache's stream (nil:
@@ -93,6 +96,7 @@ type Server struct {
 	waiting atomic.Int64 // requests waiting for ?after=
 	metrics *metrics
 	log     *slog.Logger
+	tracer  trace.Tracer // nil: the API does not trace (trace.go)
 	echo    *echo.Echo
 	now     func() time.Time
 	openapi openAPICache
@@ -101,7 +105,7 @@ type Server struct {
 
 // New returns the API over cfg's views. It does no I/O.
 //
-// Options: WithLogger, WithRegisterer. Errors wrap ErrInvalidConfig (cfg, or Deps.Mongo
+// Options: WithLogger, WithRegisterer, WithTracerProvider. Errors wrap ErrInvalidConfig (cfg, or Deps.Mongo
 // missing) or come from registering metrics.
 func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 	cfg, err := cfg.withDefaults()
@@ -132,7 +136,7 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, mongo: deps.Mongo, schemas: deps.Schemas, keys: deps.Keys, topics: map[string]bool{}, views: map[string]*view{},
 		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
-		metrics: m, log: o.log, now: time.Now}
+		metrics: m, log: o.log, tracer: spans.Tracer(o.tp, scope), now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	if s.cache != nil {
 		s.cache.onCheckpoint = func(db, id string) { s.known.wrote(db + "\x00" + id) }
@@ -154,13 +158,13 @@ func (s *Server) router() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe)
+	e.Use(s.traced, s.observe)
 	if len(s.cfg.CORSOrigins) > 0 {
 		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{
 			AllowOrigins:  s.cfg.CORSOrigins,
 			AllowMethods:  []string{http.MethodGet, http.MethodHead},
 			AllowHeaders:  []string{"Authorization", "If-None-Match", "If-Match", "If-Modified-Since", "If-Unmodified-Since"},
-			ExposeHeaders: []string{"ETag", "Last-Modified", "Link", "Retry-After", "WWW-Authenticate"},
+			ExposeHeaders: []string{"ETag", "Last-Modified", "Link", "Retry-After", "WWW-Authenticate", HeaderTraceResponse},
 			MaxAge:        600,
 		}))
 	}

@@ -88,7 +88,8 @@ func apiComponent(ctx context.Context, sh *shared) (process.Component, error) {
 		return nil, err
 	}
 	srv, err := snapshotapi.New(snapshotapi.Deps{Mongo: env.Mongo, Schemas: sh.reg, Keys: env.Bus}, ac,
-		snapshotapi.WithLogger(env.Logger.With("component", apiName)), snapshotapi.WithRegisterer(env.Metrics))
+		snapshotapi.WithLogger(env.Logger.With("component", apiName)), snapshotapi.WithRegisterer(env.Metrics),
+		snapshotapi.WithTracerProvider(env.Tracer))
 	if err != nil {
 		return nil, err
 	}
