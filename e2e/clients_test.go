@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +40,8 @@ type acked struct {
 	Error     string  `json:"error"`
 	Bad       string  `json:"bad"`
 	Done      bool    `json:"done"`
+	// TraceParent is the traceparent the client sent (publishPlan.Trace).
+	TraceParent string `json:"traceparent"`
 	// Deletes says the key's last event is a tombstone: once applied, the key reads 404.
 	Deletes bool `json:"-"`
 }
@@ -83,13 +87,15 @@ func (l *ledger) counts() (acks, fails, bad int) {
 }
 
 // publishPlan is what a client publishes: count events over keys, at rate per second
-// (0: as fast as acknowledgements come), and bad refused fire-and-forget messages.
+// (0: as fast as acknowledgements come), and bad refused fire-and-forget messages. With Trace
+// each event carries a traceparent of a trace of its own (sampled), which the client reports.
 type publishPlan struct {
 	Prefix string
 	Count  int
 	Keys   int
 	Rate   int
 	Bad    int
+	Trace  bool
 }
 
 // nodeClientDir is the Node client; installed by make e2e-node.
@@ -106,7 +112,7 @@ func (s *stack) publishNode(ctx context.Context, l *ledger, plan publishPlan) er
 	cmd := exec.CommandContext(ctx, "node", "publish.mjs",
 		"--servers="+s.nats.URLs(), "--user="+userClient, "--pass="+s.passwords[userClient], "--topic=orders", fmt.Sprintf("--count=%d", plan.Count),
 		fmt.Sprintf("--keys=%d", plan.Keys), fmt.Sprintf("--rate=%d", plan.Rate),
-		"--prefix="+plan.Prefix, fmt.Sprintf("--bad=%d", plan.Bad))
+		"--prefix="+plan.Prefix, fmt.Sprintf("--bad=%d", plan.Bad), fmt.Sprintf("--trace=%t", plan.Trace))
 	cmd.Dir = nodeClientDir
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -192,6 +198,11 @@ func requestOne(ctx context.Context, nc *nats.Conn, plan publishPlan, i int) ack
 	m := nats.NewMsg("in.orders")
 	m.Header.Set(jetbus.HeaderMsgID, id)
 	m.Header.Set(jetbus.HeaderKey, key)
+	tp := ""
+	if plan.Trace {
+		tp = newTraceParent()
+		m.Header.Set(jetbus.HeaderTraceParent, tp)
+	}
 	m.Data = body
 	sent := time.Now()
 	last := ""
@@ -207,6 +218,7 @@ func requestOne(ctx context.Context, nc *nats.Conn, plan publishPlan, i int) ack
 			}
 			if err = json.Unmarshal(resp.Data, &r); err == nil && r.Error == nil {
 				r.acked.Key, r.acked.I, r.acked.Sent, r.acked.Acked, r.acked.Attempts = key, i, unixMS(sent), unixMS(time.Now()), attempt
+				r.acked.TraceParent = tp
 				return r.acked
 			}
 			if err == nil {
@@ -225,7 +237,15 @@ func requestOne(ctx context.Context, nc *nats.Conn, plan publishPlan, i int) ack
 		}
 		backoff = min(2*backoff, time.Second)
 	}
-	return acked{ID: id, I: i, Key: key, Error: last}
+	return acked{ID: id, I: i, Key: key, Error: last, TraceParent: tp}
+}
+
+// newTraceParent is the traceparent of a span of a new trace, sampled, as a client's tracer
+// would send it.
+func newTraceParent() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
 }
 
 // publishIngress publishes plan through ingress with the Node client when installed, else

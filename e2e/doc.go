@@ -14,7 +14,8 @@
 //
 //	make e2e-node    installs the Node client (e2e/nodeclient, npm ci from the lockfile)
 //	make e2e         every scenario (build tag e2e), with the load figures of BENCHMARKS.md
-//	go test ./e2e/   the smoke: one projector SIGKILL and one NATS node restart
+//	go test ./e2e/   the smoke: one projector SIGKILL and one NATS node restart, and the
+//	                 short run of the tracing scenario (TestTraceSmoke)
 //
 // # Choices
 //
@@ -38,6 +39,14 @@
 //     the events of the topic, read back the same way. A transactional projection is Go code
 //     (no configuration runs one), so the test runs the example program a user would start
 //     from, killed and restarted like the projectors.
+//   - Tracing (trace_test.go): the processes export to an in-process OTLP receiver
+//     (internal/tracing/otlptest), sampling everything, with a short batch delay; the Go
+//     client exports its own spans there too, the Node client only sends a traceparent. An
+//     event's trace is checked as a graph: parent edges (a parent that was not exported, the
+//     Node client's, still joins its children) and links (a batch write to its events). A
+//     process SIGKILLed loses the spans it had not exported yet, so the scenario kills a
+//     projector once every traced event's spans are in, and checks the events published
+//     after; the untraced load's spans are not checked.
 //   - The Node client is used when e2e/nodeclient/node_modules exists (make e2e-node); the
 //     smoke falls back to a nats.go requester speaking the same protocol when it does not,
 //     and says so in the test log; make e2e requires it.

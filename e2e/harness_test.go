@@ -69,6 +69,8 @@ type stack struct {
 	mu         sync.Mutex
 	procs      []*proc
 	counter    map[string]int
+	// env is more environment for the bridge and projector processes (tracing).
+	env []string
 }
 
 // newStack starts NATS and MongoDB and writes the configuration; the processes are started by
@@ -203,7 +205,7 @@ func (s *stack) startProc(kind string) *proc {
 		cmd = exec.Command(filepath.Join(s.bin, kind), s.counterArgs()...)
 	} else {
 		cmd = exec.Command(filepath.Join(s.bin, kind), "run", "--config", s.config)
-		cmd.Env = s.procEnv(kind) // the user of the same name
+		cmd.Env = append(s.procEnv(kind), s.env...) // the user of the same name
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	p := &proc{Process: embeddedtest.Start(s.t, name, cmd), s: s, kind: kind}

@@ -46,6 +46,15 @@ func (s *stack) finishScenario(t *testing.T, ld *load, name string) {
 	report(t, name, fig)
 }
 
+// TestTrace: the tracing scenario (trace_test.go) with rounds of 20 traced events, under
+// JETBUS_E2E_SECONDS/2 of the load, then the load's invariants.
+func TestTrace(t *testing.T) {
+	if !nodeInstalled() {
+		t.Fatal("the Node client is not installed: run make e2e-node (make e2e does)")
+	}
+	traceScenario(t, 20, envInt("JETBUS_E2E_SECONDS", 60)/2)
+}
+
 // TestQuiet: the baseline figures, no fault.
 func TestQuiet(t *testing.T) {
 	s, ld := scenario(t, "quiet")

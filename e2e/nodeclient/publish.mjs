@@ -3,6 +3,8 @@
 // line per event to stdout, which the Go test reads:
 //
 //   {"i":3,"id":"run-3","key":"run-k3","sent":1732312345678.123,"acked":…,"partition":1,"seq":42,"duplicate":false,"attempts":1}
+//   … and "traceparent":"00-…-01" with --trace=true: each event sent with a W3C traceparent
+//   of a trace of its own, as a client's tracer would set it
 //   {"i":4,"id":"run-4","key":"run-k0","error":"…"}          given up at the deadline
 //   {"bad":"run-bad-0"}                                     a refused fire-and-forget message was sent
 //   {"done":true,"acked":99,"failed":0}
@@ -10,6 +12,7 @@
 // Every event carries a Nats-Msg-Id, so a retry after a timeout or an "unavailable" answer is
 // stored at most once. Events of one key are sent one after the other (each waits for its
 // reply), so their order holds; keys run concurrently, paced to --rate events per second.
+import { randomBytes } from "node:crypto";
 import { connect, headers, StringCodec } from "nats";
 
 const args = Object.fromEntries(process.argv.slice(2).map((a) => {
@@ -25,6 +28,7 @@ const prefix = args.prefix ?? "run";
 const bad = Number(args.bad ?? 0);
 const giveUpMs = Number(args.giveup ?? 120000);
 const timeoutMs = Number(args.timeout ?? 5000);
+const trace = args.trace === "true";
 
 const sc = StringCodec();
 const now = () => performance.timeOrigin + performance.now();
@@ -44,6 +48,9 @@ async function publishOne(i) {
   const h = headers();
   h.set("Nats-Msg-Id", id);
   h.set("x-key", key);
+  // W3C Trace Context: version 00, a new trace ID, the client's span ID, sampled.
+  const traceparent = trace ? `00-${randomBytes(16).toString("hex")}-${randomBytes(8).toString("hex")}-01` : undefined;
+  if (traceparent) h.set("traceparent", traceparent);
   const sent = now();
   let attempts = 0, last = "";
   for (let backoff = 50; now() - sent < giveUpMs; backoff = Math.min(backoff * 2, 1000)) {
@@ -56,7 +63,7 @@ async function publishOne(i) {
         if (r.error.code !== "unavailable") break; // the client's fault: retrying cannot help
       } else {
         acked++;
-        out({ i, id: r.id, key, sent, acked: now(), partition: r.partition, seq: r.seq, duplicate: r.duplicate, attempts });
+        out({ i, id: r.id, key, sent, acked: now(), partition: r.partition, seq: r.seq, duplicate: r.duplicate, attempts, traceparent });
         return;
       }
     } catch (e) {
@@ -65,7 +72,7 @@ async function publishOne(i) {
     await sleep(backoff);
   }
   failed++;
-  out({ i, id, key, error: last, attempts });
+  out({ i, id, key, error: last, attempts, traceparent });
 }
 
 // One worker per key: a key's events in order, keys concurrently, paced by the schedule.
