@@ -26,6 +26,7 @@ import (
 	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/wiring"
 	jbjs "github.com/jetbus/jetbus/jetstream"
+	"github.com/jetbus/jetbus/partition"
 	"github.com/jetbus/jetbus/schema"
 )
 
@@ -465,8 +466,9 @@ func TestNATSClientIsRefusedFromTheWire(t *testing.T) {
 // doing what its process does, through jetbus's own packages, and requires that the server
 // refuses none of it: the bridge (topics, the DLQ, schema push, the sweeper moving a hung
 // handler's event, replay and discard), the projector (consumer groups dead-lettering and
-// parking, positioning a group), a producer (publishing with the schema registry's
-// validation). The e2e smoke runs the processes themselves with these users.
+// parking, positioning a group, the members of a partitioned group probing each other), a
+// producer (publishing with the schema registry's validation). The e2e smoke runs the
+// processes themselves with these users.
 func TestNATSUsersRunJetbus(t *testing.T) {
 	s, log := startNATSNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -585,6 +587,40 @@ func TestNATSUsersRunJetbus(t *testing.T) {
 	cur, err := pbus.Cursor(ctx, "orders", "late")
 	require.NoError(t, err)
 	assert.Equal(t, uint64(6), cur.Lag(), "after the first event: the four others and the two replays")
+
+	// Two members of a projection's group, each on a connection of its own as a replica has:
+	// both answer liveness probes (a probe of their own at start), and when one's connection
+	// is gone the other finds out from the server and removes it well before its TTL.
+	members := map[string]*conn{}
+	for _, id := range []string{"r1", "r2"} {
+		c := connectAs(t, s, userProjector)
+		b, err := jbjs.Open(ctx, c.Conn)
+		require.NoError(t, err)
+		defer b.Close()
+		sub, err := partition.Subscribe(ctx, b, b.JetStream(), partition.Config{
+			Topic: "orders", Group: "orders-view", MemberID: id, Fenced: true, Logger: embeddedtest.Logger(t),
+		}, func(context.Context, *jetbus.Delivery) error { return nil })
+		require.NoError(t, err)
+		defer func() { _ = sub.Stop() }()
+		members[id] = c
+	}
+	groupStatus := func() *partition.GroupStatus {
+		st, err := partition.Status(ctx, pbare.JetStream(), "orders", "orders-view")
+		require.NoError(t, err)
+		return st
+	}
+	require.Eventually(t, func() bool { return len(groupStatus().Members) == 2 }, 30*time.Second, 20*time.Millisecond)
+	for _, m := range groupStatus().Members {
+		assert.Equal(t, partition.LiveSubject("orders-view", m.ID), m.Live, "%s answers liveness probes", m.ID)
+	}
+	time.Sleep(partition.ConfirmWindow) // r2 probes once its connection has been up that long
+	members["r1"].Close()
+	gone := time.Now()
+	// r1's key would expire on its own no sooner than its TTL after its last heartbeat, 4.5 s
+	// after the close at the earliest.
+	require.Eventually(t, func() bool { return len(groupStatus().Members) == 1 }, 3500*time.Millisecond, 20*time.Millisecond,
+		"r2 removes r1 once the server reports it gone, before its TTL")
+	t.Logf("r1 removed %s after its connection closed", time.Since(gone).Round(time.Millisecond))
 
 	// The bridge's status tool reads all of it.
 	_, err = bridge.Status(ctx)
