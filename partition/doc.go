@@ -90,12 +90,14 @@
 //
 // A member found gone is removed: its key is purged with a compare-and-set on the revision of
 // its last heartbeat (a heartbeat landing meanwhile makes the purge fail), every watcher sees
-// it expire, and the assignment moves its partitions. A member only probes once its own
-// connection has been up for ConfirmWindow, and the two probes must be sent on one unbroken
-// connection: a server it just (re)connected to may not have learnt the other servers'
-// subscriptions yet, and members reconnecting after one outage come back within about a
-// second of each other. Probes assume that the members of a group are clients of one cluster
-// (routes), whose servers know each other's subscriptions.
+// it expire, and the assignment moves its partitions. The two probes must be sent on one
+// unbroken connection of the prober, and after a reconnect of its own a member probes only once
+// it has been connected for ConfirmWindow: the server it reconnected to may be restarting and
+// not know the other servers' subscriptions yet, and members reconnecting after one outage
+// come back within about a second of each other. A member that just started probes at once
+// (a replica replacing a crashed one is often the only other member): it joined through the
+// group's bucket, so its server reaches the cluster. Probes assume that the members of a
+// group are clients of one cluster (routes), whose servers know each other's subscriptions.
 //
 // The lease. In a fenced group (Config.Fenced), the next owner of a partition whose holder
 // has left the member list probes the holder's subject (in the lease) and, on "no responders",

@@ -103,7 +103,7 @@ type liveness struct {
 type peer struct {
 	live    string    // its liveness subject ("" : never probed)
 	rev     uint64    // revision of its last heartbeat
-	seen    time.Time // when that heartbeat was seen here
+	seen    time.Time // when that heartbeat was stored or seen here, whichever was earlier
 	probing bool
 	next    time.Time // no probe before then
 
@@ -117,7 +117,9 @@ type peer struct {
 func startLiveness(ctx context.Context, g *Group, nc *nats.Conn, log *slog.Logger) *liveness {
 	l := &liveness{
 		g: g, nc: nc, to: g.timeout, log: log, self: g.cfg.MemberID,
-		done: make(chan struct{}), upSince: time.Now(), peers: map[string]*peer{},
+		done: make(chan struct{}), peers: map[string]*peer{},
+		// Settled at start: the connection reached the cluster's JetStream to open the group.
+		upSince: time.Now().Add(-g.timeout.Confirm),
 	}
 	if nc == nil {
 		return l
@@ -149,6 +151,10 @@ func startLiveness(ctx context.Context, g *Group, nc *nats.Conn, log *slog.Logge
 
 func (l *liveness) enabled() bool { return l.sub != nil }
 
+// tick is how often silent members are looked for (and a lease's holder is looked at): often
+// enough that a probe goes out within a small fraction of a heartbeat of being due.
+func (l *liveness) tick() time.Duration { return max(l.to.Heartbeat/20, 10*time.Millisecond) }
+
 // start probes silent members from a goroutine until ctx ends. It does nothing when disabled.
 func (l *liveness) start(ctx context.Context) {
 	if !l.enabled() {
@@ -160,7 +166,7 @@ func (l *liveness) start(ctx context.Context) {
 
 func (l *liveness) run(ctx context.Context) {
 	defer close(l.done)
-	t := time.NewTicker(max(l.to.Heartbeat/5, 10*time.Millisecond))
+	t := time.NewTicker(l.tick())
 	defer t.Stop()
 	status := l.status
 	for {
@@ -212,7 +218,14 @@ func (l *liveness) observe(ev MemberEvent) {
 			p = &peer{}
 			l.peers[ev.ID] = p
 		}
-		p.live, p.rev, p.seen = ev.Info.Live, ev.Revision, time.Now()
+		// Seen when the server stored it, if that is earlier than now (a member found by a
+		// watch that just started may have been silent for a while). A clock ahead of the
+		// server's only makes members look silent sooner: it costs probes, never a verdict.
+		seen := time.Now()
+		if ls := ev.Info.LastSeen; !ls.IsZero() && ls.Before(seen) {
+			seen = ls
+		}
+		p.live, p.rev, p.seen = ev.Info.Live, ev.Revision, seen
 		p.next, p.goneAt = time.Time{}, time.Time{}
 	default:
 		delete(l.peers, ev.ID)
@@ -235,9 +248,10 @@ func (l *liveness) departed(id string) bool {
 	return l.synced && l.peers[id] == nil
 }
 
-// stableLocked reports whether this member's connection has been up for Confirm: a server
-// this member just (re)connected to may not know every other server's subscriptions yet, and
-// members reconnecting after the same outage come back within that long of each other.
+// stableLocked reports whether this member's connection has been up for Confirm since its last
+// reconnect: a server this member just reconnected to may not know every other server's
+// subscriptions yet, and members reconnecting after the same outage come back within that
+// long of each other.
 func (l *liveness) stableLocked(now time.Time) bool {
 	return !l.upSince.IsZero() && now.Sub(l.upSince) >= l.to.Confirm
 }
@@ -366,7 +380,7 @@ func (s *Subscriber) awaitLease(ctx context.Context, p int) {
 		defer close(freed)
 		_, _ = s.g.WaitFree(wctx, p)
 	}()
-	t := time.NewTicker(max(s.to.Heartbeat/5, 10*time.Millisecond))
+	t := time.NewTicker(s.live.tick())
 	defer t.Stop()
 	holder := ""
 	var next time.Time

@@ -137,9 +137,6 @@ func TestCrashedMemberResumesWithinThreeSeconds(t *testing.T) {
 			s := embeddedtest.NATS(t)
 			e := newLiveEnv(t, s.ClientURL(), s.ClientURL(), s.ClientURL(), 1, fenced)
 			held := e.leasesOf("a")
-			// b has run for a while, as a replica has: a member that just connected does not
-			// take another for dead during its first ConfirmWindow (see the package doc).
-			time.Sleep(partition.ConfirmWindow)
 
 			killed := time.Now()
 			e.a.Kill()
