@@ -91,13 +91,15 @@ e2e: e2e-node
 ## SIGKILL mid-batch twelve times over 30,000 events (make test runs three kills over 3,000);
 ## 5,000 keep-alive HTTP clients against one projector for a minute (latencies logged, and
 ## written to LOAD_RESULTS; make test runs 300 for 5 s); a flood of refused 256 KiB messages
-## for 30 s beside 20,000 valid ones (make test: 5 s, 5,000).
+## for 30 s beside 20,000 valid ones (make test: 5 s, 5,000); a million dead letters replayed by
+## the bridge binary within 64 MiB of memory (make test: 20,000 letters, memory compared with a tenth).
 LOAD_RESULTS ?= $(CURDIR)/bin/load-results.txt
 test-long:
 	$(GO) test -race -count=1 -tags long -timeout 30m -run 'SIGKILL' ./projection/
 	mkdir -p $(dir $(LOAD_RESULTS))
 	JETBUS_LOAD_RESULTS=$(LOAD_RESULTS) $(GO) test -count=1 -tags long -timeout 10m -run '^TestHTTPLoad$$' -v ./cmd/cmdtest/
 	$(GO) test -race -count=1 -tags long -timeout 10m -run '^TestFloodOfRefusals$$' -v ./ingress/
+	$(GO) test -count=1 -tags long -timeout 20m -run '^TestReplayMillionLetters$$' -v ./cmd/cmdtest/
 
 ## dev: the whole pipeline on one machine from examples/jetbus.yaml (DEV_CONFIG): dev builds
 ## (-tags dev) of bridge and projector, started by bin/dev/jetbus-dev: the bridge with the

@@ -205,3 +205,27 @@ func scrapeSeries(t *testing.T, url, name string) []string {
 	re := regexp.MustCompile(fmt.Sprintf(`(?m)^%s\{[^}]*\} \S+$`, regexp.QuoteMeta(name)))
 	return re.FindAllString(string(b), -1)
 }
+
+// TestAlertsIgnoreWhatClientsCause: refusals are what any NATS client can cause at will, and
+// refusals age out of DLQ_REJECTS by design: neither may fire an alert, while the same
+// growth of handlers' dead letters does.
+func TestAlertsIgnoreWhatClientsCause(t *testing.T) {
+	rules := loadRules(t)
+	eval := func(expr, series string) int {
+		st := promqltest.LoadedStorage(t, "load 1m\n  "+series)
+		eng := promql.NewEngine(promql.EngineOpts{MaxSamples: 100000, Timeout: 10 * time.Second})
+		q, err := eng.NewInstantQuery(t.Context(), st, nil, expr, time.Unix(0, 0).Add(40*time.Minute))
+		require.NoError(t, err)
+		res := q.Exec(t.Context())
+		require.NoError(t, res.Err)
+		v, err := res.Vector()
+		require.NoError(t, err)
+		return len(v)
+	}
+	growing := rules["JetbusDeadLettersGrowing"].Expr
+	dropped := rules["JetbusDeadLettersDroppedByLimit"].Expr
+	assert.Zero(t, eval(growing, `dlq_dead_letters_total{topic="_other",group="ingress",reason="ingress"} 0+100x40`), "a refusal flood")
+	assert.Equal(t, 1, eval(growing, `dlq_dead_letters_total{topic="orders",group="billing",reason="max-attempts"} 0+100x40`), "a failing handler")
+	assert.Zero(t, eval(dropped, `dlq_dropped_by_limit_total{stream="DLQ_REJECTS"} 0+100x40`), "refusals aging out")
+	assert.Equal(t, 1, eval(dropped, `dlq_dropped_by_limit_total{stream="DLQ"} 0+1x40`), "dead letters dropped")
+}

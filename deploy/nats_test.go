@@ -135,7 +135,7 @@ func TestNATSClusterTakesR3Topics(t *testing.T) {
 	require.NoError(t, tool.EnsureTopics(ctx))
 	bus := tool.Bus
 
-	streams := []string{dlq.StreamName}
+	streams := []string{dlq.StreamName, dlq.RejectsStreamName}
 	for _, tc := range cfg.Topics {
 		streams = append(streams, jetbus.StreamName(tc.Name))
 	}

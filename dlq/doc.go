@@ -19,12 +19,27 @@
 // the event to its view; Queue.DeadLetter).
 //
 // Messages refused before they reached a topic — by ingress ("ingress") or a changefeed
-// ("changefeed") — are kept too (Queue.Reject): on dlq.<topic> (dlq._unrouted without a valid
-// topic), with the component as the group, the source subject as x-dlq-original-subject and
-// no original stream. Replaying one publishes it to its topic for every group; one that
-// ingress refused is replayed only to a topic open to ingress at replay time
-// (ReplayOptions.IngressTopics; `bridge dlq replay` passes ingress.allow), unless
-// ReplayOptions.Force: ingress's allow list is what let a client publish there at all.
+// ("changefeed") — are kept too (Queue.Reject), with the component as the group, the source
+// subject as x-dlq-original-subject and no original stream. A changefeed's go to dlq.<topic>
+// (dlq._unrouted without a valid topic). Ingress's — refused client traffic, a flood of it
+// maybe — go to a stream of their own, DLQ_REJECTS, on dlq_rejects.<topic>
+// (dlq_rejects._unrouted without a valid topic; dlq_rejects._other, with the topic in
+// x-dlq-topic, for a topic ingress does not serve, so that invented names make no subjects;
+// Filter.Topic finds them there), bounded apart (Config.Rejects: 256 MiB and 7 days in the
+// processes): a flood of refusals ages out older refusals, never a handler's dead letter. A
+// refusal's Nats-Msg-Id is "dlq:rejected:<group>:<the message's ID>" (an ID over 64 bytes as
+// "sha256:" and its SHA-256 in hex), so a client's retry of a refused message is stored once;
+// DLQ_REJECTS remembers IDs for 2 minutes (RejectsDuplicateWindow), as the server keeps every
+// ID of the window in memory. A refused body longer than Config.Rejects.MaxBody (64 KiB in the
+// processes) keeps its first MaxBody bytes (so does one ingress cut to fit the server's max
+// payload, whatever MaxBody: Rejected.BodySize, Rejected.BodySHA256), and the letter adds
+// x-dlq-body-size and x-dlq-body-sha256 (the whole body's size and SHA-256, hex); such a letter
+// cannot be replayed (ErrNotReplayable, even with Force). Inspection, replay and discard read
+// both streams, the DLQ's first; a refusal's position prints as rejects:<seq>. Replaying one
+// publishes it to its topic for every group; one that ingress refused is replayed only to a
+// topic open to ingress at replay time (ReplayOptions.IngressTopics; `bridge dlq replay` passes
+// ingress.allow), unless ReplayOptions.Force: ingress's allow list is what let a client publish
+// there at all.
 //
 // # Guarantees
 //
@@ -72,15 +87,30 @@
 // (validated, partitioned by key), with a new event ID derived from the dead letter
 // ("replay:<stream>:<seq>:<group>", so replaying twice stores one event) and caused_by set to
 // the original event's ID. Before republishing, it records in the KV bucket ReplayBucket that
-// this event ID is meant for the group it failed in: the middleware of every other group
-// acknowledges it without calling the handler, so only the group that failed sees it again.
-// The dead letter is removed once the republish is acknowledged.
+// this event ID is meant for the group it failed in, with the topic, key and SHA-256 of the
+// body it publishes: the middleware of every other group acknowledges the event without
+// calling the handler, so only the group that failed sees it again. A delivery with that ID
+// whose topic, key or body differ (someone published another event with the replay's ID) is
+// an ordinary event, delivered to every group, counted in dlq_replay_mismatches_total{topic,
+// group} and logged. The dead letter is removed once the republish is acknowledged.
 //
 // No header decides this. jetbus reserves the header prefixes "x-dlq-" and "x-jetbus-"
 // (jetbus.ReservedHeaderPrefixes): Publish refuses them, and consumers never act on them, so
 // a publisher — through the Bus or with a raw NATS client — cannot make a group skip an event.
 // Only a client allowed to write the replay bucket could; see README for the permissions
 // that keep untrusted clients to ingress subjects.
+//
+// Replay streams, whatever the DLQ holds: it reads a fetch of letters at a time (500 letters,
+// 2 MiB) and replays them a chunk at a time (ReplayChunk letters, 4 MiB; the letters of one
+// topic and key one after the other, in order, up to 64 keys at once), so its memory is
+// bounded; a million letters replay within about 30 MiB. The report keeps counts and the first
+// MaxReportedFailures failures (ReplayOptions.OnLetter sees every letter). Later letters of a
+// group, topic and key whose letter failed are held back (a key's order is a topic's: its
+// letters of other topics or groups go on), for at most MaxBlockedKeys keys
+// (ErrTooManyFailures past them). Each letter is removed once its republish is stored, so an
+// interrupted replay loses nothing and replays nothing twice: ReplayReport.Resume is where a
+// later replay (Filter.From) goes on. Each, Count and Discard stream the same way; List returns
+// what it read, so it holds at most its limit.
 //
 // # Parking
 //

@@ -21,6 +21,9 @@ var (
 	// ErrNotReplayable is a Replay failure of one letter: a message ingress refused, for a
 	// topic not open to ingress (ReplayOptions.IngressTopics, Force).
 	ErrNotReplayable = errors.New("dlq: not replayable")
+	// ErrTooManyFailures stops a replay whose failed letters are of more keys than it may
+	// remember (MaxBlockedKeys): it could not hold back their later letters.
+	ErrTooManyFailures = errors.New("dlq: replay stopped: too many keys failed")
 )
 
 // DeadLetteredError is what the middleware returns, wrapped in jetbus.Permanent, once an event

@@ -3,9 +3,14 @@ package dlq_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +18,7 @@ import (
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/embeddedtest"
+	jbjs "github.com/jetbus/jetbus/jetstream"
 )
 
 // TestSweeperMovesOnlyWhatTheServerConfirms: MAX_DELIVERIES advisories forged by a raw
@@ -70,4 +76,76 @@ func TestSweeperMovesOnlyWhatTheServerConfirms(t *testing.T) {
 			assert.Equal(t, 5.0, mf.GetMetric()[0].GetCounter().GetValue(), "each counted")
 		}
 	}
+}
+
+// TestForgedReplayIsDeliveredToEveryGroup: a replay records what it published under the
+// replayed event's ID. An event a raw NATS client publishes later with that ID and another
+// body is not that event: every group handles it, the replay's own group included, and it is
+// counted once per group.
+func TestForgedReplayIsDeliveredToEveryGroup(t *testing.T) {
+	e := newEnv(t, dlq.Config{})
+	require.NoError(t, e.bus.EnsureTopic(t.Context(), jbjs.TopicConfig{Name: "mail", Partitions: 1, DuplicateWindow: 100 * time.Millisecond}))
+	ctx := t.Context()
+	var mu sync.Mutex
+	fixed := false
+	handled := map[string][]string{} // group -> bodies of the events with a replay ID
+	for _, g := range []string{"sender", "audit"} {
+		sub, err := e.bus.Subscribe(ctx, "mail", g, func(_ context.Context, d *jetbus.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if g == "sender" && !fixed {
+				return jetbus.Permanent(errors.New("down"))
+			}
+			if strings.HasPrefix(d.ID, "replay:") {
+				handled[g] = append(handled[g], string(d.Payload))
+			}
+			return nil
+		}, jetbus.FromEarliest(), fast)
+		require.NoError(t, err)
+		defer sub.Stop()
+	}
+	_, err := e.bus.Publish(ctx, "mail", body{Key: "k", N: 1}, jetbus.WithKey("k"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.count(dlq.Filter{}) == 1 }, wait, 10*time.Millisecond)
+	ls, err := e.q.List(ctx, dlq.Filter{}, 0)
+	require.NoError(t, err)
+	id := dlq.ReplayID(ls[0])
+	mu.Lock()
+	fixed = true
+	mu.Unlock()
+	rep, err := e.q.Replay(ctx, e.bus, dlq.ReplayOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Replayed)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(handled["sender"]) == 1 }, wait, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return e.lag("mail", "audit") == 0 }, wait, 10*time.Millisecond)
+
+	// A raw client, no jetbus on its side, publishes another body with the replay's ID once
+	// the topic's duplicate window is over. The server forgets an ID when its purge timer
+	// runs, some time after the window: until then the publish is dropped as a duplicate
+	// (nothing stored), so it is published again until it is stored.
+	nc, err := nats.Connect(e.srv.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	raw, err := natsjs.New(nc)
+	require.NoError(t, err)
+	m := nats.NewMsg("mail.p0")
+	m.Header.Set("Nats-Msg-Id", id)
+	m.Header.Set("x-key", "k")
+	m.Data = []byte(`{"key":"k","n":666}`)
+	require.True(t, embeddedtest.Poll(wait, 20*time.Millisecond, func() bool {
+		ack, err := raw.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		return !ack.Duplicate
+	}), "the server forgets the replay's ID after the topic's duplicate window")
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled["sender"]) == 2 && len(handled["audit"]) == 1
+	}, wait, 10*time.Millisecond, "both groups handle the forged event")
+	mu.Lock()
+	assert.Equal(t, []string{`{"key":"k","n":1}`, `{"key":"k","n":666}`}, handled["sender"], "the replay, then the forged event")
+	assert.Equal(t, []string{`{"key":"k","n":666}`}, handled["audit"], "the replay skipped, the forged event handled")
+	mu.Unlock()
+	assert.Equal(t, 2.0, metric(t, e.reg, "dlq_replay_mismatches_total"), "counted once per group")
 }

@@ -16,9 +16,11 @@ type metrics struct {
 	// advisories counts MAX_DELIVERIES advisories the server did not confirm (forged or
 	// out of date): nothing was moved for them.
 	advisories prometheus.Counter
+	// mismatches counts deliveries that carry a recorded replay's ID but not its content.
+	mismatches *prometheus.CounterVec
 	// dropped counts letters the DLQ stream dropped at its limits (inferred, see
 	// watchLimits).
-	dropped prometheus.Counter
+	dropped *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -32,14 +34,19 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		parkedKeys:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "dlq_parked_keys", Help: "Keys parked behind a dead letter, as this process sees them."}),
 		advisories: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_advisories_refused_total",
 			Help: "MAX_DELIVERIES advisories the server did not confirm (forged, or out of date): nothing was moved."}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "dlq_dropped_by_limit_total",
-			Help: "Dead letters the DLQ stream dropped at dlq.max_bytes or dlq.max_age (inferred by the sweeper)."}),
+		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_replay_mismatches_total",
+			Help: "Events that carry a replayed event's ID but not the topic, key or body the replay published: delivered to every group as ordinary events."},
+			[]string{"topic", "group"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dlq_dropped_by_limit_total",
+			Help: "Dead letters a DLQ stream dropped at its limits: DLQ at dlq.max_bytes or dlq.max_age, DLQ_REJECTS at dlq.rejects.max_bytes or dlq.rejects.max_age (inferred by the sweeper); limit is max_bytes when the stream was at its byte limit, else max_age. Refusals aging out of DLQ_REJECTS (max_age) is normal."},
+			[]string{"stream", "limit"}),
 	}
 	// Several DLQs in one process share the families.
 	if err := errors.Join(
 		promreg.Register(r, &m.deadLetters), promreg.Register(r, &m.replayed),
 		promreg.Register(r, &m.discarded), promreg.Register(r, &m.parkedKeys),
 		promreg.Register(r, &m.advisories), promreg.Register(r, &m.dropped),
+		promreg.Register(r, &m.mismatches),
 	); err != nil {
 		return nil, err
 	}
@@ -76,8 +83,14 @@ func (m *metrics) advisoryRefused() {
 	}
 }
 
-func (m *metrics) droppedByLimit(n float64) {
+func (m *metrics) droppedByLimit(stream, limit string, n float64) {
 	if m != nil {
-		m.dropped.Add(n)
+		m.dropped.WithLabelValues(stream, limit).Add(n)
+	}
+}
+
+func (m *metrics) replayMismatch(topic, group string) {
+	if m != nil {
+		m.mismatches.WithLabelValues(topic, group).Inc()
 	}
 }

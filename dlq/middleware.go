@@ -24,12 +24,14 @@ const publishTimeout = 10 * time.Second
 // It dead-letters an event when the handler returns jetbus.Permanent, when it fails on its
 // last attempt, when the body is not JSON (without calling the handler), and, with parking,
 // when the event's key is parked in the group. It acknowledges, without calling the handler,
-// a replayed event meant for another group: one that Replay recorded in ReplayBucket (no
-// header decides this, so no publisher can make a group skip an event).
+// a replayed event meant for another group: one that Replay recorded in ReplayBucket, with
+// the topic, key and body it published (no header decides this, and an event that reuses a
+// replay's ID with other content is delivered to every group, so no publisher can make a
+// group skip an event).
 func (q *Queue) Middleware() jetbus.HandlerMiddleware {
 	return func(next jetbus.Handler) jetbus.Handler {
 		return func(ctx context.Context, d *jetbus.Delivery) error {
-			replayFor, err := q.replayedFor(ctx, d.ID)
+			replayFor, err := q.replayedFor(ctx, d)
 			if err != nil {
 				return err // retried: whether it is a replay is unknown
 			}
@@ -118,25 +120,44 @@ type Rejected struct {
 	Key    string
 	Header nats.Header
 	Data   []byte
+	// BodySize and BodySHA256, when BodySHA256 is set, say that Data is only the first bytes
+	// of the message's body, cut by the caller (to fit the server's max payload): the whole
+	// body's size and SHA-256 (hex). The letter is then marked truncated (HeaderBodySize,
+	// HeaderBodySHA256) and cannot be replayed, as one Reject cut itself.
+	BodySize   int
+	BodySHA256 string
 	// Reason is ReasonIngress or ReasonChangefeed; Err says why (ingress puts its error code
 	// first).
 	Reason string
 	Err    error
-	// Unlisted says Topic is none the rejecter serves (a subject a client invented): the
-	// letter is counted under the topic "_other", so that clients cannot create metric
-	// series at will.
+	// Unlisted says Topic is none the rejecter serves (a subject a client invented, or a
+	// topic not open to ingress): the letter is counted under the topic "_other", so that
+	// clients cannot create metric series at will, and an ingress refusal is stored on
+	// RejectsOtherSubject with its topic in HeaderTopic, so that they cannot create subjects
+	// either. The letter's Topic is still its topic, and Filter.Topic finds it.
 	Unlisted bool
 }
 
 // OtherTopic is the topic label of the dead letters of Rejected.Unlisted topics.
 const OtherTopic = "_other"
 
-// UnroutedSubject holds the dead letters of rejected messages without a valid topic.
-const UnroutedSubject = SubjectPrefix + "_unrouted"
+// UnroutedSubject holds the dead letters of rejected messages without a valid topic;
+// RejectsUnroutedSubject those ingress refused. RejectsOtherSubject holds ingress's refusals
+// of valid topic names it does not serve (Rejected.Unlisted), each with its topic in
+// HeaderTopic.
+const (
+	unrouted               = "_unrouted"
+	UnroutedSubject        = SubjectPrefix + unrouted
+	RejectsUnroutedSubject = RejectsSubjectPrefix + unrouted
+	RejectsOtherSubject    = RejectsSubjectPrefix + OtherTopic
+)
 
 // Reject stores a refused message in the DLQ and returns the dead letter's sequence once the
-// DLQ acknowledged it. Replaying it publishes it to its topic for every group: it never
-// reached the topic, so no group has seen it.
+// DLQ acknowledged it. A message ingress refused (ReasonIngress) goes to RejectsStreamName,
+// within its own bounds (Config.Rejects), its body cut to Config.Rejects.MaxBody (with the
+// whole body's size and SHA-256); others (a changefeed's) to StreamName, whole. Replaying it
+// publishes it to its topic for every group: it never reached the topic, so no group has seen
+// it.
 func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 	id := r.ID
 	if id == "" {
@@ -158,13 +179,24 @@ func (q *Queue) Reject(ctx context.Context, r Rejected) (uint64, error) {
 		reason:   r.Reason,
 		errMsg:   errMsg,
 		rejected: true,
+		refusal:  r.Reason == ReasonIngress,
 		unlisted: r.Unlisted,
+	}
+	if r.BodySHA256 != "" { // cut by the caller already
+		o.bodySize, o.bodySHA256 = r.BodySize, r.BodySHA256
+	}
+	if max := q.cfg.Rejects.MaxBody; o.refusal && max > 0 && len(o.data) > max {
+		if o.bodySHA256 == "" {
+			o.bodySize, o.bodySHA256 = len(o.data), bodySHA256(o.data)
+		}
+		o.data = o.data[:max]
 	}
 	return q.store(ctx, o)
 }
 
 // store publishes o to the DLQ, waits for the acknowledgement and parks o's key when parking
-// is on.
+// is on. A refused message parks nothing: it never reached a group, and no delivery would
+// ever wait behind it, so a flood of them with invented keys would only fill the bucket.
 func (q *Queue) store(ctx context.Context, o *origin) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
@@ -172,7 +204,7 @@ func (q *Queue) store(ctx context.Context, o *origin) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrDLQUnavailable, retry.Opaque(err))
 	}
-	if q.cfg.Parking && o.key != "" {
+	if q.cfg.Parking && o.key != "" && !o.rejected {
 		if err := q.park(ctx, o.group, o.stream, o.key); err != nil {
 			return 0, fmt.Errorf("dlq: park key %q: %w", o.key, retry.Opaque(err))
 		}

@@ -18,14 +18,21 @@ import (
 
 // Names on the wire.
 const (
-	StreamName         = "DLQ"
-	SubjectPrefix      = "dlq."
-	AdvisoryStreamName = "DLQ_ADVISORIES"
+	StreamName    = "DLQ"
+	SubjectPrefix = "dlq."
+	// RejectsStreamName holds the messages ingress refused (reason ReasonIngress), on
+	// subjects RejectsSubjectPrefix+"<topic>", with bounds of their own (Config.Rejects): a
+	// flood of refusals ages out refusals, never the handlers' dead letters in StreamName.
+	// (A topic's subjects cannot start with it: topic names have no "_".)
+	RejectsStreamName    = "DLQ_REJECTS"
+	RejectsSubjectPrefix = "dlq_rejects."
+	AdvisoryStreamName   = "DLQ_ADVISORIES"
 	// AdvisorySubjects are the JetStream advisories the safety net captures.
 	AdvisorySubjects = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 	ParkBucket       = "jetbus_dlq_parked"
 	// ReplayBucket records which group each replayed event is meant for (key: the event ID
-	// in base64url, value: the group). Only Replay writes it.
+	// in base64url, value: JSON {"group","topic","key","sha256"}: the group, and the topic,
+	// key and SHA-256 of the body Replay published). Only Replay writes it.
 	ReplayBucket = "jetbus_dlq_replays"
 	// ReplayRecordTTL is how long a replay record is kept: a group that reaches a replayed
 	// event later than that handles it (a duplicate, never a loss).
@@ -43,6 +50,13 @@ const (
 	HeaderOriginalSeq     = "x-dlq-original-seq"
 	HeaderOriginalID      = "x-dlq-original-id"
 	HeaderTS              = "x-dlq-ts"
+	// HeaderBodySize and HeaderBodySHA256 are set on a refusal whose body was cut to
+	// Config.Rejects.MaxBody: the whole body's size in bytes (decimal) and its SHA-256 (hex).
+	HeaderBodySize   = "x-dlq-body-size"
+	HeaderBodySHA256 = "x-dlq-body-sha256"
+	// HeaderTopic is the topic of a refusal filed under RejectsOtherSubject (a topic ingress
+	// does not serve): its subject does not name it.
+	HeaderTopic = "x-dlq-topic"
 )
 
 // Reasons.
@@ -64,21 +78,35 @@ const (
 	ReasonChangefeed = "changefeed"
 )
 
-// Defaults of Config, and of the sweeper's interval (RunSweeper). DefaultMaxAge and
-// DefaultMaxBytes are the processes' (the configuration's dlq.max_age and dlq.max_bytes), so
-// that refused traffic cannot fill a disk; a Config's zero values keep letters for ever,
-// unbounded, as a program of its own may choose.
+// Defaults of Config, and of the sweeper's interval (RunSweeper). DefaultMaxAge,
+// DefaultMaxBytes and the DefaultRejects… ones are the processes' (the configuration's
+// dlq.max_age, dlq.max_bytes, dlq.rejects.max_age and dlq.rejects.max_bytes), so that refused
+// traffic cannot fill a disk; a Config's zero values keep letters for ever, unbounded, as a
+// program of its own may choose.
 const (
 	DefaultReplicas        = 1
 	DefaultDuplicateWindow = 24 * time.Hour
 	DefaultSweepInterval   = time.Second
 	DefaultMaxAge          = 30 * 24 * time.Hour
 	DefaultMaxBytes        = 1 << 30
+	DefaultRejectsMaxAge   = 7 * 24 * time.Hour
+	DefaultRejectsMaxBytes = 256 << 20
+	DefaultRejectsMaxBody  = 64 << 10
 )
+
+// RejectsDuplicateWindow is how long RejectsStreamName remembers a refusal's ID (at most; less
+// when Config.DuplicateWindow or Config.Rejects.MaxAge is shorter): long enough for ingress's
+// retries of one dead letter and a client's quick retries of one message, short enough that
+// the IDs the server keeps in memory (every ID of the window, per replica, whether or not the
+// refusal is still stored) stay bounded under a flood: about 200 bytes each (a refusal's ID
+// is at most 92 bytes, a client's long ID hashed), about 24 MB per replica at 1,000
+// refusals a second.
+const RejectsDuplicateWindow = 2 * time.Minute
 
 // Config configures a Queue. The zero value of every field is a usable default.
 type Config struct {
-	// Replicas of the DLQ, advisory stream and parking bucket (0: 1; at most 5).
+	// Replicas of the DLQ's streams (the DLQ, the refusals' and the advisories') and buckets
+	// (parking and replay records) (0: 1; at most 5).
 	Replicas int
 	// MaxAge bounds how long dead letters are kept (0: forever).
 	MaxAge time.Duration
@@ -87,8 +115,10 @@ type Config struct {
 	// (dlq_dropped_by_limit_total, and a warning).
 	MaxBytes int64
 	// DuplicateWindow is how long a moved delivery is remembered (0: 24h, or MaxAge when
-	// that is shorter).
+	// that is shorter). Ingress's refusals are remembered RejectsDuplicateWindow at most.
 	DuplicateWindow time.Duration
+	// Rejects bounds the stream of the messages ingress refused (RejectsStreamName).
+	Rejects RejectsConfig
 	// Parking turns per-key parking on.
 	Parking bool
 	// Attach uses the DLQ's streams and buckets as they are when they exist, and creates the
@@ -97,6 +127,20 @@ type Config struct {
 	// configuration) leaves it off; tools and programs that only dead-letter or read beside
 	// it set it, so that they cannot change the DLQ's replicas or retention.
 	Attach bool
+}
+
+// RejectsConfig bounds the stream of ingress's refusals, apart from the DLQ's: refused client
+// traffic, a flood of it included, is kept within these, and ages out no handler's dead letter.
+type RejectsConfig struct {
+	// MaxAge bounds how long refusals are kept (0: forever).
+	MaxAge time.Duration
+	// MaxBytes bounds the stream's size; past it the oldest refusals are dropped (0:
+	// unbounded), reported like the DLQ's (dlq_dropped_by_limit_total{stream="DLQ_REJECTS"}).
+	MaxBytes int64
+	// MaxBody bounds the body kept of each refusal (0: whole). A longer one keeps its first
+	// MaxBody bytes, with its size and SHA-256 (HeaderBodySize, HeaderBodySHA256); such a
+	// letter cannot be replayed.
+	MaxBody int
 }
 
 // Validate reports whether c is usable. Its errors wrap ErrInvalidConfig and name the field.
@@ -110,6 +154,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxBytes must not be negative, got %d", ErrInvalidConfig, c.MaxBytes)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("%w: DuplicateWindow must not be negative, got %s", ErrInvalidConfig, c.DuplicateWindow)
+	case c.Rejects.MaxAge < 0:
+		return fmt.Errorf("%w: Rejects.MaxAge must not be negative, got %s", ErrInvalidConfig, c.Rejects.MaxAge)
+	case c.Rejects.MaxBytes < 0:
+		return fmt.Errorf("%w: Rejects.MaxBytes must not be negative, got %d", ErrInvalidConfig, c.Rejects.MaxBytes)
+	case c.Rejects.MaxBody < 0:
+		return fmt.Errorf("%w: Rejects.MaxBody must not be negative, got %d", ErrInvalidConfig, c.Rejects.MaxBody)
 	}
 	return nil
 }
@@ -154,6 +204,8 @@ type Queue struct {
 	metrics *metrics
 	advLog  atomic.Int64 // Unix nanoseconds of the last warning about a refused advisory
 	rejLog  atomic.Int64 // Unix nanoseconds of the last warning about a rejected message
+	// mismatchLog: Unix nanoseconds of the last warning about an event reusing a replay's ID
+	mismatchLog atomic.Int64
 
 	parkKV   natsjs.KeyValue
 	replayKV natsjs.KeyValue
@@ -209,8 +261,8 @@ func Open(ctx context.Context, js JetStream, cfg Config, opts ...Option) (*Queue
 	return q, nil
 }
 
-// Ensure creates or updates the DLQ stream. Open calls it; call it again to bring back a DLQ
-// stream that was deleted.
+// Ensure creates or updates the DLQ's streams (the DLQ, the refusals' and the advisories').
+// Open calls it; call it again to bring back a stream that was deleted.
 func (q *Queue) Ensure(ctx context.Context) error {
 	err := q.ensureStream(ctx, natsjs.StreamConfig{
 		Name:        StreamName,
@@ -226,6 +278,27 @@ func (q *Queue) Ensure(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("dlq: stream %s: %w", StreamName, retry.Opaque(err))
+	}
+	// Refusals are a client's doing: the server keeps every ID of the window in memory, so
+	// the window is short (RejectsDuplicateWindow), whatever the DLQ's.
+	dup := min(q.cfg.DuplicateWindow, RejectsDuplicateWindow)
+	if q.cfg.Rejects.MaxAge > 0 {
+		dup = min(dup, q.cfg.Rejects.MaxAge)
+	}
+	err = q.ensureStream(ctx, natsjs.StreamConfig{
+		Name:        RejectsStreamName,
+		Description: "jetbus: messages ingress refused",
+		Subjects:    []string{RejectsSubjectPrefix + ">"},
+		Retention:   natsjs.LimitsPolicy,
+		MaxAge:      q.cfg.Rejects.MaxAge,
+		MaxBytes:    unlimitedIfZero(q.cfg.Rejects.MaxBytes),
+		Discard:     natsjs.DiscardOld,
+		Replicas:    q.cfg.Replicas,
+		Duplicates:  dup,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return fmt.Errorf("dlq: stream %s: %w", RejectsStreamName, retry.Opaque(err))
 	}
 	return q.ensureAdvisories(ctx)
 }
@@ -254,6 +327,10 @@ func (q *Queue) ensureBucket(ctx context.Context, cfg natsjs.KeyValueConfig) (na
 	return q.js.CreateOrUpdateKeyValue(ctx, cfg)
 }
 
+// MaxRejectBody is Config.Rejects.MaxBody: the body kept of a message ingress refused (0:
+// whole). Ingress leaves such bodies whole for Reject to cut, hash and measure.
+func (q *Queue) MaxRejectBody() int { return q.cfg.Rejects.MaxBody }
+
 // Close stops the Queue's watchers.
 func (q *Queue) Close() error {
 	q.mu.Lock()
@@ -266,14 +343,6 @@ func (q *Queue) Close() error {
 	q.mu.Unlock()
 	q.wg.Wait()
 	return nil
-}
-
-func (q *Queue) stream(ctx context.Context) (natsjs.Stream, error) {
-	s, err := q.js.Stream(ctx, StreamName)
-	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w: %v", ErrDLQUnavailable, err)
-	}
-	return s, err
 }
 
 // unlimitedIfZero is a stream limit as JetStream spells "none": -1.

@@ -205,45 +205,76 @@ func (q *Queue) refuseAdvisory(adv maxDeliveriesAdvisory, why string) {
 		"why", why, "stream", adv.Stream, "consumer", adv.Consumer, "seq", adv.StreamSeq)
 }
 
-// watchLimits reports, every interval until ctx ends, the letters the DLQ stream dropped at
-// its limits (Config.MaxAge, Config.MaxBytes): dlq_dropped_by_limit_total and a warning (at
-// most every 10 s). The server says nothing when it drops them, so they are inferred: the
-// letters gone from the head between two looks while the stream was at its byte limit, or
-// whose oldest letter had reached the age limit. A replay or a discard of the oldest letters
-// at that moment counts too; it is an alarm, not an audit.
+// watchLimits reports, every interval until ctx ends, the letters the DLQ's streams dropped
+// at their limits (Config.MaxAge and MaxBytes for StreamName, Config.Rejects for
+// RejectsStreamName): dlq_dropped_by_limit_total{stream,limit} and a warning (at most every
+// 10 s per stream). The server says nothing when it drops them, so they are inferred: the
+// letters gone from the head between two looks while the stream was at its byte limit
+// (limit "max_bytes"), or whose oldest letter had reached the age limit ("max_age"). A replay
+// or a discard of the oldest letters at that moment counts too; it is an alarm, not an audit.
+// Refusals aging out of RejectsStreamName is how that stream is meant to work: counted, logged
+// at debug only; refusals dropped at its byte limit (a flood) are warned about.
 func (q *Queue) watchLimits(ctx context.Context, every time.Duration) {
-	if q.cfg.MaxAge == 0 && q.cfg.MaxBytes == 0 {
+	type watched struct {
+		stream    string
+		maxAge    time.Duration
+		maxBytes  int64
+		keys      string // the configuration's, for the warning
+		prev      *natsjs.StreamState
+		lastLog   time.Time
+		lastDebug time.Time
+	}
+	var ws []*watched
+	if q.cfg.MaxAge > 0 || q.cfg.MaxBytes > 0 {
+		ws = append(ws, &watched{stream: StreamName, maxAge: q.cfg.MaxAge, maxBytes: q.cfg.MaxBytes, keys: "dlq.max_bytes or dlq.max_age"})
+	}
+	if q.cfg.Rejects.MaxAge > 0 || q.cfg.Rejects.MaxBytes > 0 {
+		ws = append(ws, &watched{stream: RejectsStreamName, maxAge: q.cfg.Rejects.MaxAge, maxBytes: q.cfg.Rejects.MaxBytes,
+			keys: "dlq.rejects.max_bytes or dlq.rejects.max_age"})
+	}
+	if len(ws) == 0 {
 		return
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	var prev *natsjs.StreamState
-	var lastLog time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		s, err := q.js.Stream(ctx, StreamName)
-		if err != nil {
-			prev = nil
-			continue
-		}
-		st := s.CachedInfo().State
-		if prev != nil && st.FirstSeq > prev.FirstSeq {
-			atBytes := q.cfg.MaxBytes > 0 && st.Bytes >= uint64(q.cfg.MaxBytes)*9/10
-			atAge := q.cfg.MaxAge > 0 && time.Since(prev.FirstTime) >= q.cfg.MaxAge
-			gone := int64(prev.Msgs) + int64(st.LastSeq-prev.LastSeq) - int64(st.Msgs)
-			if (atBytes || atAge) && gone > 0 {
-				q.metrics.droppedByLimit(float64(gone))
-				if time.Since(lastLog) >= 10*time.Second {
-					lastLog = time.Now()
-					q.log.Warn("dlq: letters dropped at the DLQ's limit: raise dlq.max_bytes or dlq.max_age, or replay and discard",
-						"dropped", gone, "bytes", st.Bytes, "max_bytes", q.cfg.MaxBytes, "max_age", q.cfg.MaxAge.String())
+		for _, w := range ws {
+			s, err := q.js.Stream(ctx, w.stream)
+			if err != nil {
+				w.prev = nil
+				continue
+			}
+			st := s.CachedInfo().State
+			if prev := w.prev; prev != nil && st.FirstSeq > prev.FirstSeq {
+				atBytes := w.maxBytes > 0 && st.Bytes >= uint64(w.maxBytes)*9/10
+				atAge := w.maxAge > 0 && time.Since(prev.FirstTime) >= w.maxAge
+				gone := int64(prev.Msgs) + int64(st.LastSeq-prev.LastSeq) - int64(st.Msgs)
+				if (atBytes || atAge) && gone > 0 {
+					limit := "max_age"
+					if atBytes {
+						limit = "max_bytes"
+					}
+					q.metrics.droppedByLimit(w.stream, limit, float64(gone))
+					attrs := []any{"stream", w.stream, "dropped", gone, "limit", limit, "bytes", st.Bytes, "max_bytes", w.maxBytes, "max_age", w.maxAge.String()}
+					switch {
+					case w.stream == RejectsStreamName && !atBytes:
+						// Refusals reaching dlq.rejects.max_age: the stream working as meant.
+						if time.Since(w.lastDebug) >= 10*time.Second {
+							w.lastDebug = time.Now()
+							q.log.Debug("dlq: refusals aged out of "+w.stream, attrs...)
+						}
+					case time.Since(w.lastLog) >= 10*time.Second:
+						w.lastLog = time.Now()
+						q.log.Warn("dlq: letters dropped at the limit of "+w.stream+": raise "+w.keys+", or replay and discard", attrs...)
+					}
 				}
 			}
+			w.prev = &st
 		}
-		prev = &st
 	}
 }

@@ -201,7 +201,8 @@ func diff(want, got map[string]map[string]any) string {
 		len(want), len(got), len(missing), cut(missing), len(extra), cut(extra), len(wrong), cut(wrong))
 }
 
-// checkDLQ: the DLQ holds exactly the events made to fail, each once, under dlq.<topic>.
+// checkDLQ: the DLQ holds exactly the events made to fail — messages ingress refused — each
+// once, under dlq_rejects.<topic> in the refusals' stream, and nothing else.
 func (s *stack) checkDLQ(t *testing.T, l *ledger) {
 	t.Helper()
 	l.mu.Lock()
@@ -210,15 +211,17 @@ func (s *stack) checkDLQ(t *testing.T, l *ledger) {
 	var got []string
 	poll(30*time.Second, 200*time.Millisecond, func() bool {
 		got = got[:0]
-		for _, m := range s.scanStream(t, "DLQ") {
-			got = append(got, m.Subject+" "+m.ID)
+		for _, stream := range []string{dlq.StreamName, dlq.RejectsStreamName} {
+			for _, m := range s.scanStream(t, stream) {
+				got = append(got, m.Subject+" "+m.ID)
+			}
 		}
 		slices.Sort(got)
 		return len(got) >= len(want)
 	})
 	wantSubj := make([]string, len(want))
 	for i, id := range want {
-		wantSubj[i] = "dlq.orders " + id
+		wantSubj[i] = dlq.RejectsSubjectPrefix + "orders " + id
 	}
 	assert.Equal(t, wantSubj, got, "the DLQ holds exactly the events made to fail")
 }

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/embeddedtest"
 )
 
@@ -155,8 +156,8 @@ func TestNATSNodeRestarts(t *testing.T) {
 	s.finishScenario(t, ld, "NATS node restarts (R3)")
 }
 
-// TestDLQOutage: the DLQ stream is deleted while refused messages arrive, then restored;
-// every refused message ends up in it once.
+// TestDLQOutage: the refusals' stream (DLQ_REJECTS) is deleted while refused messages arrive,
+// then restored; every refused message ends up in it once.
 func TestDLQOutage(t *testing.T) {
 	s, ld := scenario(t, "dlqgone")
 	nc := s.connect(t, userAdmin) // deletes and restores the DLQ: an operator's doing
@@ -166,15 +167,15 @@ func TestDLQOutage(t *testing.T) {
 	defer cancel()
 	ld.waitProgress(0.3, 2*time.Minute)
 	// The client's first refused messages are dead-lettered before the DLQ goes away.
-	require.True(t, poll(time.Minute, 100*time.Millisecond, func() bool { return len(s.scanStream(t, "DLQ")) == ld.ingress.Bad }),
+	require.True(t, poll(time.Minute, 100*time.Millisecond, func() bool { return len(s.scanStream(t, dlq.RejectsStreamName)) == ld.ingress.Bad }),
 		"the client's first refused messages are in the DLQ")
-	str, err := js.Stream(ctx, "DLQ")
+	str, err := js.Stream(ctx, dlq.RejectsStreamName)
 	require.NoError(t, err)
 	info, err := str.Info(ctx)
 	require.NoError(t, err)
-	held := s.scanStream(t, "DLQ")
-	require.NoError(t, js.DeleteStream(ctx, "DLQ"))
-	t.Logf("deleted the DLQ stream holding %d dead letters", len(held))
+	held := s.scanStream(t, dlq.RejectsStreamName)
+	require.NoError(t, js.DeleteStream(ctx, dlq.RejectsStreamName))
+	t.Logf("deleted the refusals' stream holding %d dead letters", len(held))
 	// Those it held are gone with it: the ledger expects only what is refused from now on.
 	ld.l.mu.Lock()
 	for _, m := range held {
@@ -191,12 +192,12 @@ func TestDLQOutage(t *testing.T) {
 	acked := ld.acked()
 	require.Eventually(t, func() bool { return ld.acked() >= acked+200 }, time.Minute, 20*time.Millisecond,
 		"publishing goes on without the DLQ")
-	if _, err := js.Stream(ctx, "DLQ"); err != nil {
+	if _, err := js.Stream(ctx, dlq.RejectsStreamName); err != nil {
 		_, err = js.CreateStream(ctx, info.Config)
-		require.NoError(t, err, "restore the DLQ stream")
-		t.Log("restored the DLQ stream")
+		require.NoError(t, err, "restore the refusals' stream")
+		t.Log("restored the refusals' stream")
 	} else {
-		t.Log("the DLQ stream was re-created by a process")
+		t.Log("the refusals' stream was re-created by a process")
 	}
 	s.finishScenario(t, ld, "DLQ stream deleted for a while")
 }

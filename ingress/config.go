@@ -115,14 +115,14 @@ func (c Config) Validate() error {
 
 // ValidateReplyPrefix reports whether p may be a reply prefix: not empty, no whitespace or
 // wildcards, and not a subject space that is never an inbox (system and JetStream APIs
-// "$…", ingress "in.", dead letters "dlq.").
+// "$…", ingress "in.", dead letters "dlq." and refusals "dlq_rejects.").
 func ValidateReplyPrefix(p string) error {
 	switch {
 	case p == "":
 		return fmt.Errorf("empty prefix")
 	case strings.ContainsAny(p, " \t\r\n*>"):
 		return fmt.Errorf("%q holds whitespace or a wildcard", p)
-	case strings.HasPrefix(p, "$"), strings.HasPrefix(p, SubjectPrefix), strings.HasPrefix(p, "dlq."):
+	case strings.HasPrefix(p, "$"), strings.HasPrefix(p, SubjectPrefix), strings.HasPrefix(p, "dlq."), strings.HasPrefix(p, "dlq_rejects."):
 		return fmt.Errorf("%q is not an inbox prefix: system, JetStream, ingress and DLQ subjects are never replied to", p)
 	}
 	return nil

@@ -1,9 +1,13 @@
 package ingress_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,13 +42,13 @@ func TestFireAndForgetGarbage(t *testing.T) {
 		code    string
 		dlqSubj string
 	}{
-		{"not JSON", "in.orders", `{"n":`, nil, "", "not_json", "dlq.orders"},
-		{"schema-invalid", "in.orders", `{"m":1}`, nil, "", "schema", "dlq.orders"},
-		{"bad topic", "in.Orders.X", `{"n":1}`, nil, "", "bad_topic", dlq.UnroutedSubject},
-		{"not allowed", "in.refunds", `{"n":1}`, nil, "", "not_allowed", "dlq.refunds"},
-		{"oversize", "in.orders", `{"n":1,"pad":"` + strings.Repeat("x", 3000) + `"}`, nil, "", "too_large", "dlq.orders"},
-		{"reserved header", "in.orders", `{"n":1}`, nats.Header{"x-dlq-reason": {"x"}, jetbus.HeaderMsgID: {"g-1"}}, "", "reserved_header", "dlq.orders"},
-		{"reply not an inbox", "in.orders", `{"n":2}`, nats.Header{jetbus.HeaderMsgID: {"g-2"}}, "orders.p0", "not_allowed", "dlq.orders"},
+		{"not JSON", "in.orders", `{"n":`, nil, "", "not_json", "dlq_rejects.orders"},
+		{"schema-invalid", "in.orders", `{"m":1}`, nil, "", "schema", "dlq_rejects.orders"},
+		{"bad topic", "in.Orders.X", `{"n":1}`, nil, "", "bad_topic", dlq.RejectsUnroutedSubject},
+		{"not allowed", "in.refunds", `{"n":1}`, nil, "", "not_allowed", dlq.RejectsOtherSubject},
+		{"oversize", "in.orders", `{"n":1,"pad":"` + strings.Repeat("x", 3000) + `"}`, nil, "", "too_large", "dlq_rejects.orders"},
+		{"reserved header", "in.orders", `{"n":1}`, nats.Header{"x-dlq-reason": {"x"}, jetbus.HeaderMsgID: {"g-1"}}, "", "reserved_header", "dlq_rejects.orders"},
+		{"reply not an inbox", "in.orders", `{"n":2}`, nats.Header{jetbus.HeaderMsgID: {"g-2"}}, "orders.p0", "not_allowed", "dlq_rejects.orders"},
 	}
 	const valid = 60
 	n := 0
@@ -85,6 +89,9 @@ func TestFireAndForgetGarbage(t *testing.T) {
 			assert.True(t, l.Rejected())
 			assert.Equal(t, gb.subject, l.OriginalSubject)
 			assert.Equal(t, gb.dlqSubj, dlqSubject(t, e, l))
+			if gb.code != "bad_topic" {
+				assert.Equal(t, strings.TrimPrefix(gb.subject, "in."), l.Topic, "the letter keeps its topic")
+			}
 			for k := range gb.header {
 				if k != jetbus.HeaderMsgID && !strings.HasPrefix(k, "x-dlq-") {
 					assert.Equal(t, gb.header.Get(k), l.Header.Get(k), "header %s kept", k)
@@ -104,7 +111,8 @@ func TestFireAndForgetGarbage(t *testing.T) {
 
 // TestDeadLetterTooLargeForTheDLQ: a body near the server's max payload is refused
 // (too_large) and still dead-lettered: the DLQ's own headers would not fit, so the letter
-// keeps the first bytes and says so.
+// keeps the first bytes and says so, marked truncated (the whole body's size and SHA-256)
+// though dlq.rejects.max_body is 0: it cannot be replayed.
 func TestDeadLetterTooLargeForTheDLQ(t *testing.T) {
 	e := newEnv(t, jbjs.TopicConfig{Name: "orders"})
 	e.run(ingress.Config{Allow: []string{"orders"}, MaxMessageSize: 1024})
@@ -117,6 +125,14 @@ func TestDeadLetterTooLargeForTheDLQ(t *testing.T) {
 	assert.Contains(t, l.Error, fmt.Sprintf("of %d bytes", len(body)))
 	assert.Less(t, len(l.Body), len(body))
 	assert.Equal(t, body[:len(l.Body)], []byte(l.Body))
+	sum := sha256.Sum256(body)
+	assert.True(t, l.Truncated(), "a cut body is marked so")
+	assert.Equal(t, len(body), l.BodySize)
+	assert.Equal(t, hex.EncodeToString(sum[:]), l.BodySHA256)
+	rep, err := e.q.Replay(context.Background(), e.bus, dlq.ReplayOptions{Force: true})
+	require.NoError(t, err)
+	assert.Zero(t, rep.Replayed)
+	assert.ErrorIs(t, rep.Failed[l.Position()], dlq.ErrNotReplayable, "a cut body is never replayed")
 
 	// Headers JetStream would not store are dropped from the letter; the body stays.
 	m := nats.NewMsg("in.orders")
@@ -149,12 +165,68 @@ func keys(m map[string]*dlq.Letter) []string {
 	return out
 }
 
-// dlqSubject returns the subject the DLQ stream holds the letter on.
+// dlqSubject returns the subject the letter's stream holds it on.
 func dlqSubject(t *testing.T, e *env, l *dlq.Letter) string {
 	t.Helper()
-	s, err := e.js.Stream(context.Background(), dlq.StreamName)
+	s, err := e.js.Stream(context.Background(), l.Stream)
 	require.NoError(t, err)
 	m, err := s.GetMsg(context.Background(), l.Seq)
 	require.NoError(t, err)
 	return m.Subject
+}
+
+// TestLargeRefusalKeptTruncated: a raw client's 512 KiB message that ingress refuses is kept
+// with the first dlq.rejects.max_body bytes of its body, the whole body's size and SHA-256,
+// the reason and the client's headers; it cannot be replayed, even forced. A client's own
+// x-dlq-body-* headers say nothing.
+func TestLargeRefusalKeptTruncated(t *testing.T) {
+	e := newEnv(t, jbjs.TopicConfig{Name: "orders"})
+	const maxBody = 64 << 10
+	q, err := dlq.Open(context.Background(), e.js, dlq.Config{Rejects: dlq.RejectsConfig{MaxBody: maxBody}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	e.q = q
+	e.run(ingress.Config{Allow: []string{"orders"}})
+	nc := client(t, e.url)
+	body := append([]byte(`{"n":`), bytes.Repeat([]byte("7"), 512<<10-5)...) // not JSON: never closed
+	m := nats.NewMsg("in.orders")
+	m.Data = body
+	m.Header.Set(jetbus.HeaderMsgID, "big-1")
+	m.Header.Set("x-note", "kept")
+	require.NoError(t, nc.PublishMsg(m))
+	small := nats.NewMsg("in.orders")
+	small.Data = []byte(`{"n":`)
+	small.Header.Set(jetbus.HeaderMsgID, "small-1")
+	small.Header.Set(dlq.HeaderBodySHA256, "forged")
+	small.Header.Set(dlq.HeaderBodySize, "1")
+	require.NoError(t, nc.PublishMsg(small))
+	require.Eventually(t, func() bool { return e.dlqCount() == 2 }, wait, 10*time.Millisecond)
+
+	byID := map[string]*dlq.Letter{}
+	for _, l := range e.letters(dlq.Filter{}) {
+		byID[l.OriginalID] = l
+	}
+	l := byID["big-1"]
+	require.NotNil(t, l)
+	sum := sha256.Sum256(body)
+	assert.True(t, l.Truncated())
+	assert.Equal(t, dlq.RejectsStreamName, l.Stream)
+	assert.Equal(t, body[:maxBody], []byte(l.Body), "the first max_body bytes")
+	assert.Equal(t, len(body), l.BodySize)
+	assert.Equal(t, hex.EncodeToString(sum[:]), l.BodySHA256)
+	assert.Equal(t, strconv.Itoa(len(body)), l.Header.Get(dlq.HeaderBodySize), "on the wire")
+	assert.Equal(t, hex.EncodeToString(sum[:]), l.Header.Get(dlq.HeaderBodySHA256))
+	assert.True(t, strings.HasPrefix(l.Error, "not_json: "), l.Error)
+	assert.Equal(t, "kept", l.Header.Get("x-note"))
+	assert.False(t, byID["small-1"].Truncated(), "a client's x-dlq-body-* headers are not the DLQ's")
+	assert.Empty(t, byID["small-1"].Header.Get(dlq.HeaderBodySHA256))
+
+	rep, err := e.q.Replay(context.Background(), e.bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}, Force: true,
+		Transform: func(*dlq.Letter) (json.RawMessage, error) { return json.RawMessage(`{"n":1}`), nil }})
+	require.NoError(t, err)
+	require.Contains(t, rep.Failed, l.Position())
+	assert.ErrorIs(t, rep.Failed[l.Position()], dlq.ErrNotReplayable)
+	assert.ErrorContains(t, rep.Failed[l.Position()], "only the first 65536 of its 524288 bytes were kept")
+	assert.Equal(t, 1, rep.Replayed, "the small one, forced and fixed, is replayed")
+	assert.Equal(t, uint64(1), e.dlqCount(), "the truncated one stays")
 }

@@ -227,12 +227,12 @@ func (e *env) letters(f dlq.Filter) []*dlq.Letter {
 	return ls
 }
 
-// dlqCount returns the number of dead letters stored.
+// dlqCount returns the number of refusals stored (in the refusals' stream).
 func (e *env) dlqCount() uint64 {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	s, err := e.js.Stream(ctx, dlq.StreamName)
+	s, err := e.js.Stream(ctx, dlq.RejectsStreamName)
 	require.NoError(e.t, err)
 	info, err := s.Info(ctx)
 	require.NoError(e.t, err)

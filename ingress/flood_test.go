@@ -27,7 +27,7 @@ func TestFloodOfRefusals(t *testing.T) {
 	e := newEnv(t, jbjs.TopicConfig{Name: "orders", Partitions: 4})
 	ctx := context.Background()
 	const dlqBound = 16 << 20
-	bounded, err := dlq.Open(ctx, e.js, dlq.Config{MaxBytes: dlqBound}) // the bridge's own bound, applied
+	bounded, err := dlq.Open(ctx, e.js, dlq.Config{Rejects: dlq.RejectsConfig{MaxBytes: dlqBound}}) // the bridge's own bound, applied
 	require.NoError(t, err)
 	defer bounded.Close()
 	g := e.run(ingress.Config{Allow: []string{"orders"}, MaxMessageSize: 512 << 10})
@@ -76,11 +76,11 @@ func TestFloodOfRefusals(t *testing.T) {
 	<-floodDone
 
 	assert.Len(t, e.ids("orders"), floodValid, "each valid event once")
-	st, err := e.js.Stream(ctx, dlq.StreamName)
+	st, err := e.js.Stream(ctx, dlq.RejectsStreamName)
 	require.NoError(t, err)
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
-	assert.LessOrEqual(t, info.State.Bytes, uint64(dlqBound), "the DLQ stays within its bound")
+	assert.LessOrEqual(t, info.State.Bytes, uint64(dlqBound), "the refusals stay within their bound")
 	s := g.Stats()
 	t.Logf("%d refused messages sent; %d refused, %d dead-lettering places full (dropped), %d dropped by NATS (slow consumer), DLQ %d MiB, %d valid in %s",
 		flooded.Load(), s.Rejected[ingress.CodeNotJSON], s.RefusalsDropped, s.Dropped, info.State.Bytes>>20, floodValid, time.Since(start).Round(time.Millisecond))

@@ -2,6 +2,8 @@ package ingress
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -146,37 +148,60 @@ func (g *Ingress) deadLetter(it *item) {
 }
 
 // dlqOverhead is room for the headers the DLQ adds to a dead letter (x-dlq-error is at most
-// 1 KiB).
+// 1 KiB), besides the message's subject and ID, which it repeats (x-dlq-original-subject,
+// x-dlq-original-id): see overhead.
 const dlqOverhead = 2048
+
+// overhead is the room the DLQ's headers take in r's dead letter.
+func overhead(r dlq.Rejected) int { return dlqOverhead + len(r.Source) + len(r.ID) }
+
+// bodyCutter is a DeadLetters that cuts the bodies of refusals itself, keeping the whole
+// body's size and hash (*dlq.Queue with dlq.rejects.max_body).
+type bodyCutter interface{ MaxRejectBody() int }
 
 // fit trims a dead letter that would not fit the server's max payload (a message near the
 // limit, plus the DLQ's headers) or JetStream's limit on headers: it drops the client's
-// headers when they alone are too large, keeps the first bytes of a body that does not fit,
-// and says so in the error.
+// headers when they alone are too large, keeps the first bytes of a body that does not fit
+// (with the whole body's size and SHA-256, so that the letter is marked truncated and cannot
+// be replayed), and says so in the error. A body the DLQ cuts to fit itself is left whole,
+// so that the DLQ records the whole body's size and hash.
 func (g *Ingress) fit(r dlq.Rejected) dlq.Rejected {
 	limit := int(g.conn.MaxPayload())
 	if limit <= 0 { // not connected yet: the server's default
 		limit = 1 << 20
 	}
-	room := limit - dlqOverhead
+	over := overhead(r)
+	room := limit - over
 	hs := headerSize(r.Header)
-	if len(r.Data)+hs <= room && hs+dlqOverhead <= jsMaxHeader {
+	data := len(r.Data)
+	if c, ok := g.dl.(bodyCutter); ok && c.MaxRejectBody() > 0 {
+		data = min(data, c.MaxRejectBody())
+	}
+	if data+hs <= room && hs+over <= jsMaxHeader {
 		return r
 	}
 	note := ""
-	if hs > room/2 || hs+dlqOverhead > jsMaxHeader {
+	if hs > room/2 || hs+over > jsMaxHeader {
 		r.Header, hs = nil, 0
 		note = "the client's headers are dropped"
 	}
-	if keep := max(0, room-hs); len(r.Data) > keep {
+	if keep := max(0, room-hs); data > keep {
 		if note != "" {
 			note += "; "
 		}
 		note += fmt.Sprintf("the body is cut to its first %d of %d bytes", keep, len(r.Data))
+		// The letter says so as the DLQ's own cut does: the whole body's size and hash, and
+		// it cannot be replayed.
+		r.BodySize, r.BodySHA256 = len(r.Data), bodyHash(r.Data)
 		r.Data = r.Data[:keep]
 	}
 	r.Err = fmt.Errorf("%w (in this dead letter %s)", r.Err, note)
 	return r
+}
+
+func bodyHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 func headerSize(h nats.Header) int {

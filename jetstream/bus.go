@@ -73,7 +73,11 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 	}
 	// Through a JetStream leader election or a node restart the request goes unanswered or
 	// is refused as unavailable for a while: ask again until ctx ends.
-	if err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error { _, err := js.AccountInfo(ctx); return err }); err != nil {
+	if err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+		_, err := js.AccountInfo(ctx)
+		warnRetry(o.logger, "jetstream not available", err)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("jetbus: jetstream not available%s: %w", untilEnd(ctx), retry.Opaque(err))
 	}
 	m, err := newMetrics(o.registerer)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jetbus/jetbus"
@@ -40,4 +41,13 @@ func untilEnd(ctx context.Context) string {
 		return " (asked again until the context ended)"
 	}
 	return ""
+}
+
+// warnRetry logs a transient failure that the caller asks again after: a JetStream that
+// never answers (down, or a permission the user lacks, which NATS reports as a timeout)
+// is then seen in the log while the call waits, not only when its context ends.
+func warnRetry(log *slog.Logger, what string, err error) {
+	if err != nil && retry.Transient(err) {
+		log.Warn(what+": asking again", "err", err)
+	}
 }

@@ -143,7 +143,11 @@ func (b *Bus) EnsureTopic(ctx context.Context, cfg TopicConfig) error {
 	if err != nil {
 		return err
 	}
-	err = retry.Do(ctx, apiPolicy, func(ctx context.Context) error { return b.ensureTopic(ctx, cfg) })
+	err = retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+		err := b.ensureTopic(ctx, cfg)
+		warnRetry(b.opts.logger, "topic "+cfg.Name, err)
+		return err
+	})
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("%w%s", err, untilEnd(ctx))
 	}

@@ -13,11 +13,11 @@ import (
 	"github.com/jetbus/jetbus/partition"
 )
 
-// TestOpenAndSubscribeThroughMetaLeaderRestart opens a Bus, creates a topic and subscribes a
-// group while the cluster's meta leader and one more node are down (no quorum: JetStream
-// cannot answer at all) and come back: each call asks again until the cluster answers, and
-// the subscription then handles an event. With the cluster still down, a call whose context
-// ends returns one error that says so.
+// TestOpenAndSubscribeThroughMetaLeaderRestart opens a Bus and creates a topic, then
+// subscribes a group, each while the cluster's meta leader and one more node are down (no
+// quorum: JetStream cannot answer at all) and come back: each call asks again until the
+// cluster answers, and the subscription then handles an event. With the cluster still down,
+// a call whose context ends returns one error that says so.
 func TestOpenAndSubscribeThroughMetaLeaderRestart(t *testing.T) {
 	c := embeddedtest.Cluster(t, 3)
 	leader := c.MetaLeader()
@@ -34,28 +34,53 @@ func TestOpenAndSubscribeThroughMetaLeaderRestart(t *testing.T) {
 	cancel()
 	require.ErrorContains(t, err, "jetstream not available (asked again until the context ended)")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	c.Restart(leader)
+	c.Restart(other)
 
-	type subscribed struct {
-		bus *jbjs.Bus
-		sub *partition.Subscriber
-		err error
-	}
-	handled := make(chan string, 1)
-	done := make(chan subscribed, 1)
-	started := make(chan struct{})
-	ctx, cancelAll := context.WithTimeout(t.Context(), 90*time.Second)
+	ctx, cancelAll := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancelAll()
-	go func() {
-		close(started)
-		var r subscribed
-		defer func() { done <- r }()
-		if r.bus, r.err = jbjs.Open(ctx, embeddedtest.Connect(t, url)); r.err != nil {
-			return
+	// through runs fn while the meta leader and one more node are down, and brings them back
+	// once fn started: fn's first requests cannot be answered.
+	through := func(what string, fn func() error) {
+		t.Helper()
+		leader := c.MetaLeader()
+		require.GreaterOrEqual(t, leader, 0)
+		down := []int{leader, (leader + 1) % 3}
+		for _, i := range down {
+			c.Stop(i)
 		}
-		if r.err = r.bus.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 2, Replicas: 3}); r.err != nil {
-			return
+		done := make(chan error, 1)
+		started := make(chan struct{})
+		go func() {
+			close(started)
+			done <- fn()
+		}()
+		<-started
+		for _, i := range down {
+			c.Restart(i)
 		}
-		r.sub, r.err = partition.Subscribe(ctx, r.bus, r.bus.JetStream(),
+		select {
+		case err := <-done:
+			require.NoError(t, err, what)
+		case <-ctx.Done():
+			t.Fatalf("%s did not finish after the cluster came back", what)
+		}
+	}
+
+	var bus *jbjs.Bus
+	through("open and create the topic", func() error {
+		var err error
+		if bus, err = jbjs.Open(ctx, embeddedtest.Connect(t, c.URLs())); err != nil {
+			return err
+		}
+		return bus.EnsureTopic(ctx, jbjs.TopicConfig{Name: "orders", Partitions: 2, Replicas: 3})
+	})
+	defer bus.Close()
+	handled := make(chan string, 1)
+	var sub *partition.Subscriber
+	through("subscribe", func() error {
+		var err error
+		sub, err = partition.Subscribe(ctx, bus, bus.JetStream(),
 			partition.Config{Topic: "orders", Group: "billing", Replicas: 3, Logger: embeddedtest.Logger(t)},
 			func(_ context.Context, d *jetbus.Delivery) error {
 				select {
@@ -64,20 +89,9 @@ func TestOpenAndSubscribeThroughMetaLeaderRestart(t *testing.T) {
 				}
 				return nil
 			}, jetbus.FromEarliest())
-	}()
-	<-started
-	c.Restart(leader)
-	c.Restart(other)
-
-	var r subscribed
-	select {
-	case r = <-done:
-	case <-ctx.Done():
-		t.Fatal("open, topic and subscribe did not finish after the cluster came back")
-	}
-	require.NoError(t, r.err)
-	defer r.bus.Close()
-	defer r.sub.Stop()
+		return err
+	})
+	defer sub.Stop()
 
 	pub := embeddedtest.Bus(t, c.URLs())
 	ev, err := pub.Publish(ctx, "orders", map[string]int{"n": 1}, jetbus.WithKey("k"))

@@ -116,6 +116,9 @@ func Subscribe(ctx context.Context, bus jetbus.Bus, js JetStream, cfg Config, h 
 	err = retry.Do(ctx, startPolicy, func(tctx context.Context) error {
 		var err error
 		s, mw, aw, m, err = begin(ctx, tctx, c, js, cfg, h, opts, o.AckTimeout)
+		if err != nil && retry.Transient(err) {
+			cfg.Logger.Warn("subscribe: asking again", "topic", cfg.Topic, "group", cfg.Group, "err", err)
+		}
 		return err
 	})
 	if err != nil {

@@ -115,3 +115,45 @@ func TestReasonFlagTakesEveryReason(t *testing.T) {
 		assert.Contains(t, reasons, r)
 	}
 }
+
+// TestDLQCommandsReadRefusals: ingress's refusals, kept in their own stream, are listed,
+// counted, shown and discarded with the handlers' dead letters, by position rejects:<seq>.
+func TestDLQCommandsReadRefusals(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	url := s.ClientURL()
+	ctx := context.Background()
+	bare, err := jetstream.Open(ctx, embeddedtest.Connect(t, url))
+	require.NoError(t, err)
+	q, err := dlq.Open(ctx, bare.JetStream(), dlq.Config{})
+	require.NoError(t, err)
+	defer q.Close()
+	_, err = q.Reject(ctx, dlq.Rejected{Topic: "orders", Source: "in.changefeed", By: "changefeed-c", ID: "c-1", Data: []byte(`{}`),
+		Reason: dlq.ReasonChangefeed, Err: errors.New("schema")})
+	require.NoError(t, err)
+	_, err = q.Reject(ctx, dlq.Rejected{Topic: "orders", Source: "in.orders", By: "ingress", ID: "i-1", Data: []byte(`{"n":`),
+		Reason: dlq.ReasonIngress, Err: errors.New("not_json")})
+	require.NoError(t, err)
+
+	code, out, _ := bridge(t, "dlq", "count", "--nats-url", url)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "2\n", out)
+	code, out, _ = bridge(t, "dlq", "list", "--nats-url", url)
+	assert.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^1 +\S+ +orders +changefeed-c +changefeed `, out, "the DLQ's first")
+	assert.Regexp(t, `(?m)^rejects:1 +\S+ +orders +ingress +ingress `, out, "then the refusals")
+	code, out, _ = bridge(t, "dlq", "show", "rejects:1", "--nats-url", url)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, `"Stream": "DLQ_REJECTS"`)
+	assert.Contains(t, out, `"BodyText": "{\"n\":"`, "a body that is not JSON, as a string")
+	code, out, _ = bridge(t, "dlq", "list", "--nats-url", url, "--from-seq", "rejects:1")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, 2, strings.Count(out, "\n"), "a header and the refusal: %s", out)
+	code, _, _ = bridge(t, "dlq", "list", "--nats-url", url, "--from-seq", "nope:1")
+	assert.Equal(t, 2, code)
+	code, out, _ = bridge(t, "dlq", "discard", "--nats-url", url, "--group", "ingress", "--yes")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "discarded 1\n", out)
+	n, err := q.Count(ctx, dlq.Filter{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+}

@@ -38,10 +38,10 @@ func TestStatus(t *testing.T) {
 	code, out, errOut = runArgs(t, "status", "--nats-url", s.ClientURL())
 	require.Equal(t, 0, code, errOut)
 	assert.Regexp(t, `(?m)^orders +4 +1 +40 +1 +40 *$`, out, "the topic")
-	assert.Regexp(t, fmt.Sprintf(`(?m)^billing +orders +2 +yes +%d *$`, cur.Lag()), out, "the group")
+	assert.Regexp(t, fmt.Sprintf(`(?m)^billing +orders +2 +yes +%d +\S+ *$`, cur.Lag()), out, "the group (and its lag in time)")
 	for p := range g.Partitions {
 		pc := cur.Partitions[p]
-		row := fmt.Sprintf(`(?m)^billing +orders +%d +%s +held +%s +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ +%d +%d +%d +%d +%d *$`,
+		row := fmt.Sprintf(`(?m)^billing +orders +%d +%s +held +%s +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ +%d +%d +%d +%d +%d +\S+ *$`,
 			p, regexp.QuoteMeta(truth.Assignment.Owners[p]), regexp.QuoteMeta(truth.Leases[p].Owner),
 			pc.AckFloor, pc.Delivered, pc.Pending, pc.AckPending, pc.Pending+uint64(pc.AckPending))
 		assert.Regexp(t, row, out, "partition %d", p)

@@ -97,11 +97,19 @@ type Topic struct {
 
 // DLQ configures the dead-letter stream.
 type DLQ struct {
-	Replicas      int           `yaml:"replicas" default:"1" min:"1" max:"5" desc:"Replicas of the DLQ stream, its advisory stream and the parking bucket."`
+	Replicas      int           `yaml:"replicas" default:"1" min:"1" max:"5" desc:"Replicas of the DLQ's streams (DLQ, DLQ_REJECTS for ingress's refusals, and the advisory stream) and of its KV buckets (parking, and the replay records jetbus_dlq_replays)."`
 	MaxAge        time.Duration `yaml:"max_age" default:"720h" desc:"How long dead letters are kept (0: forever). Letters dropped at this limit or max_bytes are counted in dlq_dropped_by_limit_total and logged." example:"2160h"`
-	MaxBytes      ByteSize      `yaml:"max_bytes" default:"1GiB" desc:"Size bound of the DLQ stream; past it the oldest letters are dropped (0: unbounded). Refused client traffic is dead-lettered too: this keeps a flood of it from filling the disk." example:"10GiB"`
+	MaxBytes      ByteSize      `yaml:"max_bytes" default:"1GiB" desc:"Size bound of the DLQ stream; past it the oldest letters are dropped (0: unbounded). Messages ingress refused are kept apart, within rejects." example:"10GiB"`
 	Parking       bool          `yaml:"parking" desc:"Park a key's later events behind its dead letter until it is replayed (per group)."`
 	SweepInterval time.Duration `yaml:"sweep_interval" default:"1s" min:"1" desc:"How often the sweeper moves deliveries the server gave up on into the DLQ."`
+	Rejects       DLQRejects    `yaml:"rejects" desc:"The messages ingress refused, kept in a stream of their own (DLQ_REJECTS) with bounds of their own: a flood of refused client traffic ages out refusals, never the handlers' dead letters. dlq list, count, show, replay and discard read both streams."`
+}
+
+// DLQRejects bounds the stream of ingress's refusals.
+type DLQRejects struct {
+	MaxAge   time.Duration `yaml:"max_age" default:"168h" desc:"How long refused messages are kept (0: forever). Refusals aging out at this limit are counted in dlq_dropped_by_limit_total{stream=\"DLQ_REJECTS\",limit=\"max_age\"} and logged at debug only (the stream working as meant); those dropped at max_bytes (a flood) under limit=\"max_bytes\", with a warning." example:"72h"`
+	MaxBytes ByteSize      `yaml:"max_bytes" default:"256MiB" desc:"Size bound of the refusals' stream; past it the oldest refusals are dropped (0: unbounded). This keeps a flood of refused client traffic from filling the disk." example:"1GiB"`
+	MaxBody  ByteSize      `yaml:"max_body" default:"64KiB" desc:"Body kept of each refused message (0: whole). A longer body keeps its first max_body bytes, with the whole body's size and SHA-256 (headers x-dlq-body-size, x-dlq-body-sha256); such a refusal cannot be replayed." example:"16KiB"`
 }
 
 // Ingress configures the ingress service.

@@ -108,6 +108,10 @@ type DLQStatus struct {
 	// status reads at most ScanLimit more).
 	ByReason []ReasonCount `json:"by_reason"`
 	Partial  bool          `json:"partial,omitempty"`
+	// Rejects counts the messages ingress refused, kept apart in their own stream
+	// (dlq.RejectsStreamName, within dlq.rejects.max_bytes and max_age); not in Total. By
+	// topic they are not counted here: clients choose those subjects, many at will.
+	Rejects uint64 `json:"rejects"`
 }
 
 // ReasonCount is the number of dead letters of one topic with one reason.
@@ -310,6 +314,9 @@ type DLQCounts struct {
 
 func (c *DLQCounts) status(ctx context.Context, js JetStream) DLQStatus {
 	ds := DLQStatus{ByTopic: map[string]uint64{}, ByReason: []ReasonCount{}}
+	if rs, err := js.Stream(ctx, dlq.RejectsStreamName); err == nil {
+		ds.Rejects = rs.CachedInfo().State.Msgs
+	}
 	s, err := js.Stream(ctx, dlq.StreamName)
 	if err != nil {
 		return ds

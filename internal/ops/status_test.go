@@ -3,6 +3,7 @@ package ops_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -37,6 +38,10 @@ func TestStatusMatchesPartitionStatusAndCursor(t *testing.T) {
 		_, err := g.Bus.JetStream().PublishMsg(ctx, m)
 		require.NoError(t, err)
 	}
+	// And a message ingress refused, kept apart.
+	_, err = q.Reject(ctx, dlq.Rejected{Topic: "orders", Source: "in.orders", By: "ingress", Data: []byte(`{`),
+		Reason: dlq.ReasonIngress, Err: errors.New("not_json")})
+	require.NoError(t, err)
 
 	src := ops.Source{JS: g.Bus.JetStream(), Bus: g.Bus, Topics: []string{"orders", "refunds"},
 		Groups: []ops.GroupRef{{Topic: "orders", Group: "projection-to-be"}}}
@@ -92,6 +97,7 @@ func TestStatusMatchesPartitionStatusAndCursor(t *testing.T) {
 
 	assert.True(t, st.DLQ.Exists)
 	assert.Equal(t, uint64(4), st.DLQ.Total)
+	assert.Equal(t, uint64(1), st.DLQ.Rejects, "the refusal, counted apart")
 	assert.Equal(t, map[string]uint64{"orders": 3, "payments": 1}, st.DLQ.ByTopic)
 	assert.Equal(t, []ops.ReasonCount{{"orders", "decode", 1}, {"orders", "permanent", 2}, {"payments", "max-attempts", 1}}, st.DLQ.ByReason)
 	assert.False(t, st.DLQ.Partial)

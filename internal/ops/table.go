@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jetbus/jetbus/dlq"
 )
 
 // WriteTable writes st for a terminal: one table per section, times in RFC 3339.
@@ -70,6 +72,7 @@ func WriteTable(w io.Writer, st *Status) error {
 			partial = fmt.Sprintf(" (reasons of the oldest %d only)", ScanLimit)
 		}
 		p("total\t\t%d%s\n", st.DLQ.Total, partial)
+		p("refused by ingress (%s)\t\t%d\n", dlq.RejectsStreamName, st.DLQ.Rejects)
 	}
 
 	if len(st.Components) > 0 {

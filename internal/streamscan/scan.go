@@ -18,25 +18,38 @@ type JetStream interface {
 	OrderedConsumer(ctx context.Context, stream string, cfg natsjs.OrderedConsumerConfig) (natsjs.Consumer, error)
 }
 
-// batch bounds one fetch of a scan.
+// batch and batchBytes bound one fetch of a scan: what a scan holds at once, whatever the
+// size of the messages. A message larger than batchBytes is fetched alone.
 const batch = 500
+
+var batchBytes = 2 << 20 // a variable for the tests
 
 // Scan reads stream with an ordered consumer configured by cfg and calls fn with every
 // message, in order, until fn returns false or the messages the stream held when the scan
-// started are read. It returns ctx's error if ctx ended first.
+// started are read. It returns ctx's error if ctx ended first. It holds one fetch at a time:
+// at most 500 messages and 2 MiB of them (or one larger message). If the server delivers
+// nothing more, even one message alone, while the stream still holds messages for the scan,
+// Scan returns an error wrapping ErrIncomplete: a scan ends early only with an error.
 func Scan(ctx context.Context, js JetStream, stream string, cfg natsjs.OrderedConsumerConfig, fn func(natsjs.Msg, *natsjs.MsgMetadata) bool) error {
 	c, err := orderedConsumer(ctx, js, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", stream, err)
 	}
 	pending := c.CachedInfo().NumPending
+	alone := false      // fetch one message, however large
+	emptyAlone := false // a fetch of one message came back empty while messages were pending
 	for pending > 0 && ctx.Err() == nil {
 		n, done := 0, false
 		// A fetch that fails before delivering anything (no responders while a cluster
 		// elects the consumer's leader) is asked again; the ordered consumer resumes after
 		// the last message it delivered.
 		err := retry.Do(ctx, fetchPolicy, func(context.Context) error {
-			msgs, err := c.Fetch(int(min(pending, batch)), natsjs.FetchMaxWait(5*time.Second))
+			n = 0
+			size, opts := 1, []natsjs.FetchOpt{natsjs.FetchMaxWait(5 * time.Second)}
+			if !alone {
+				size, opts = int(min(pending, batch)), append(opts, natsjs.FetchMaxBytes(batchBytes))
+			}
+			msgs, err := c.Fetch(size, opts...)
 			if err != nil {
 				return err
 			}
@@ -63,12 +76,47 @@ func Scan(ctx context.Context, js JetStream, stream string, cfg natsjs.OrderedCo
 		if done {
 			return nil
 		}
-		if n == 0 {
+		if n > 0 {
+			alone, emptyAlone = false, false
+			continue
+		}
+		if !alone {
+			// Nothing came: the next message may be larger than batchBytes (the server
+			// answers such a fetch with none). Fetch it alone. How long the fetch took says
+			// nothing: the ordered consumer is created again for every fetch, which alone can
+			// take seconds on a busy cluster.
+			alone = true
+			continue
+		}
+		// Not even one message came. The count of pending messages may be out of date
+		// (messages removed ahead of the scan, aged out or deleted): ask the server.
+		if ctx.Err() != nil {
 			break
 		}
+		var info *natsjs.ConsumerInfo
+		err = retry.Do(ctx, fetchPolicy, func(ctx context.Context) error {
+			var err error
+			info, err = c.Info(ctx)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("scan %s: %d messages pending, none delivered: %w", stream, pending, err)
+		}
+		if info.NumPending == 0 {
+			break
+		}
+		if emptyAlone {
+			// Twice: end with an error, never as if the stream were read to its end.
+			return fmt.Errorf("scan %s: %w: %d messages pending, none delivered", stream, ErrIncomplete, info.NumPending)
+		}
+		emptyAlone, pending = true, info.NumPending
 	}
 	return ctx.Err()
 }
+
+// ErrIncomplete: the server delivered nothing more while the stream still held messages for
+// the scan. The scan ends with it rather than pass for complete.
+var ErrIncomplete = errors.New("the server stopped delivering messages before the end")
 
 // orderedConsumer creates the scan's consumer, asking again while a cluster has no one to
 // answer yet (a stream leader being elected): the request is idempotent.
