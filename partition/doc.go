@@ -82,11 +82,12 @@
 //   - "No responders": the server knows no subscription on the subject: the member's
 //     connection is gone. A member that is reconnecting looks the same for as long as its
 //     reconnect takes, so a second probe, ConfirmWindow (1.25 s) after the first, must find
-//     no responders too, with no heartbeat of the member seen in between. Counting from its
-//     last heartbeat, a reconnect of up to ConfirmWindow plus Suspect minus a heartbeat
-//     (1.375 s) is therefore never taken for a death; a cluster's clients reconnect to
-//     another node at once, and jetbus's processes retry a single server after 1 s plus up to
-//     100 ms of jitter.
+//     no responders too, with no heartbeat of the member seen in between. A member whose
+//     heartbeats were on time when its connection dropped is first probed no sooner than
+//     Suspect minus a heartbeat (125 ms) after the drop, so a reconnect of up to 1.375 s is
+//     not taken for a death (1.25 s if its heartbeats were late already); a cluster's clients
+//     reconnect to another node at once, and jetbus's processes retry a single server after
+//     1 s plus up to 100 ms of jitter.
 //
 // A member found gone is removed: its key is purged with a compare-and-set on the revision of
 // its last heartbeat (a heartbeat landing meanwhile makes the purge fail), every watcher sees
