@@ -175,7 +175,16 @@ func TestNATSUsers(t *testing.T) {
 	for _, fc := range cfg.Changefeeds {
 		subject := "$KV.jetbus_group_changefeed_" + fc.Name + ".l.changefeed.p0"
 		assert.True(t, canPublish(bridge, subject), "bridge: the lease of changefeed %s (add it to %s)", fc.Name, natsAuthFile)
+		assert.False(t, canPublish(projector, subject), "projector: the lease of changefeed %s (deny it in %s)", fc.Name, natsAuthFile)
+		assert.False(t, canPublish(projector, "$JS.API.STREAM.DELETE.KV_jetbus_group_changefeed_"+fc.Name), "projector: delete the leases of changefeed %s", fc.Name)
 	}
+	// The DLQ's settings and its advisories are the bridge's; the projector attaches to it.
+	for _, stream := range []string{dlq.StreamName, dlq.RejectsStreamName, dlq.AdvisoryStreamName, "KV_" + dlq.ParkBucket, "KV_" + dlq.ReplayBucket} {
+		assert.True(t, canPublish(bridge, "$JS.API.STREAM.UPDATE."+stream), "bridge: apply the settings of %s", stream)
+		assert.False(t, canPublish(projector, "$JS.API.STREAM.UPDATE."+stream), "projector: change the limits of %s", stream)
+	}
+	assert.False(t, canPublish(projector, "$JS.ACK.DLQ_ADVISORIES.jetbus-sweeper.1.2.3.4.5"), "projector: swallow the sweeper's advisories")
+	assert.False(t, canPublish(projector, "$JS.ACK._.acchash.DLQ_ADVISORIES.jetbus-sweeper.1.2.3.4.5.x"), "projector: swallow the sweeper's advisories, v2 format")
 	for _, oc := range cfg.Outbox {
 		subject := "$KV.jetbus_group_outbox_" + oc.Name + ".l.outbox.p0"
 		assert.True(t, canPublish(bridge, subject), "bridge: the lease of outbox %s (add it to %s)", oc.Name, natsAuthFile)
@@ -254,9 +263,18 @@ func TestNATSUsers(t *testing.T) {
 	// Nobody but an operator forges what jetbus trusts: advisories, API answers, acks.
 	for _, u := range []*server.User{bridge, projector, producer, client} {
 		for _, subject := range []string{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.orders.orders-view_p0", "$JS.API.STREAM.PURGE.orders",
-			"$JS.API.CONSUMER.DURABLE.CREATE.orders.x", "$JS.API.META.LEADER.STEPDOWN", "$JS.API.ACCOUNT.PURGE.x", "_INBOX.x"} {
+			"$JS.API.CONSUMER.DURABLE.CREATE.orders.x", "$JS.API.META.LEADER.STEPDOWN", "$JS.API.ACCOUNT.PURGE.x"} {
 			assert.False(t, canPublish(u, subject), "%s: publish %s", u.Username, subject)
 		}
+	}
+	// Answers into clients' inboxes: the bridge (ingress answers them, also after it moved to
+	// another node, where allow_responses no longer knows the request); no one else.
+	assert.True(t, canPublish(bridge, "_INBOX.x"), "bridge: answer a client")
+	for _, u := range []*server.User{projector, producer, client} {
+		assert.False(t, canPublish(u, "_INBOX.x"), "%s: publish into a client's inbox", u.Username)
+	}
+	for _, subject := range []string{"_INBOX_projector.x", "_INBOX_producer.x"} {
+		assert.False(t, canPublish(bridge, subject), "bridge: publish %s (only as an answer to a request)", subject)
 	}
 
 	// The client: in.> and the verbs; nothing of jetbus's, no one else's traffic.
@@ -503,7 +521,7 @@ func TestNATSUsersRunJetbus(t *testing.T) {
 	pbare, err := jbjs.Open(ctx, projector.Conn)
 	require.NoError(t, err)
 	defer pbare.Close()
-	q, err := dlq.Open(ctx, pbare.JetStream(), dlq.Config{Parking: true, Replicas: 1})
+	q, err := dlq.Open(ctx, pbare.JetStream(), dlq.Config{Parking: true, Replicas: 1, Attach: true})
 	require.NoError(t, err)
 	defer q.Close()
 	pbus, err := jbjs.Open(ctx, projector.Conn, jbjs.WithHandlerMiddleware(q.Middleware()))
