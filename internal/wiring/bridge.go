@@ -43,7 +43,7 @@ func Bridge(cfg *config.Config) (process.Spec, error) {
 		Setup: func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
 			res := &resources{}
 			defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind
-			sh, err := openShared(ctx, env, res, true)
+			sh, err := openShared(ctx, env, res, ownDLQ)
 			if err != nil {
 				return nil, err
 			}

@@ -55,8 +55,8 @@ func topicConfig(t config.Topic) jetstream.TopicConfig {
 	}
 }
 
-// dlqConfig maps the dlq section to the Queue's Config. attach is set by the tools: the
-// DLQ's settings are the processes' to apply (dlq.Config.Attach).
+// dlqConfig maps the dlq section to the Queue's Config. attach is set by the tools and the
+// projector: the DLQ's settings are the bridge's to apply (dlq.Config.Attach).
 func dlqConfig(c config.DLQ, attach bool) dlq.Config {
 	return dlq.Config{Replicas: c.Replicas, MaxAge: c.MaxAge, MaxBytes: int64(c.MaxBytes), Parking: c.Parking, Attach: attach,
 		Rejects: dlq.RejectsConfig{MaxAge: c.Rejects.MaxAge, MaxBytes: int64(c.Rejects.MaxBytes), MaxBody: int(c.Rejects.MaxBody)}}

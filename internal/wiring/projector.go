@@ -40,7 +40,11 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 		if len(cfg.Projections) == 0 && !serveAPI {
 			return nil, nil
 		}
-		sh, err := openShared(ctx, env, res, len(cfg.Projections) > 0)
+		use := noDLQ
+		if len(cfg.Projections) > 0 {
+			use = attachDLQ
+		}
+		sh, err := openShared(ctx, env, res, use)
 		if err != nil {
 			return nil, err
 		}
