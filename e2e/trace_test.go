@@ -210,14 +210,26 @@ func spanNames(sps []otlptest.Span) []string {
 
 // hasHops reports whether sps, the spans connected to trace id, hold every span of traceHops
 // of that event, from the right process: in its trace, but for the batch write, which may be
-// another event's child, and must then link to one of this event's consumer spans.
+// another event's child, and must then link to one of this event's consumer spans, itself
+// or through one of its "projection links" children (a batch of more sampled events than a
+// span keeps links for).
 func hasHops(sps []otlptest.Span, id string) bool {
 	process := map[string]bool{}
+	writes := map[string]bool{}
 	for _, sp := range sps {
 		if sp.TraceID == id && sp.Name == "process orders" {
 			process[sp.SpanID] = true
 		}
+		if sp.Name == "projection write orders-view" {
+			writes[sp.TraceID+"/"+sp.SpanID] = true
+		}
 	}
+	linksHere := func(sp otlptest.Span) bool {
+		return slices.ContainsFunc(sp.Links, func(l otlptest.Link) bool { return l.TraceID == id && process[l.SpanID] })
+	}
+	viaLinks := slices.ContainsFunc(sps, func(sp otlptest.Span) bool {
+		return sp.Name == "projection links orders-view" && linksHere(sp) && writes[sp.TraceID+"/"+sp.ParentSpanID]
+	})
 	for _, h := range traceHops {
 		service := "jetbus-projector"
 		if strings.HasPrefix(h, "ingress") || strings.HasPrefix(h, "publish") {
@@ -230,8 +242,7 @@ func hasHops(sps []otlptest.Span, id string) bool {
 			if h != "projection write orders-view" {
 				return sp.TraceID == id
 			}
-			return sp.TraceID == id && process[sp.ParentSpanID] ||
-				slices.ContainsFunc(sp.Links, func(l otlptest.Link) bool { return l.TraceID == id && process[l.SpanID] })
+			return viaLinks || sp.TraceID == id && process[sp.ParentSpanID] || linksHere(sp)
 		}) {
 			return false
 		}
@@ -415,7 +426,9 @@ func traceScenario(t *testing.T, n, loadSeconds int) {
 			assert.Equal(t, b.trace, sp.TraceID)
 		}
 	}
-	t.Logf("%d events, each one connected trace; B's own spans: %v", len(evs)+3, own)
+	all := r.Spans()
+	t.Logf("%d events, each one connected trace; B's own spans: %v; %d spans received, %d of them writes' links beyond 128",
+		len(evs)+3, own, len(all), countNamed(all, "projection links orders-view"))
 	if ld != nil {
 		fig := ld.finish(4 * time.Minute)
 		msgs := s.scanStream(t, "orders")
@@ -430,4 +443,14 @@ func traceScenario(t *testing.T, n, loadSeconds int) {
 // foreign client, one through the Go client): part of the smoke.
 func TestTraceSmoke(t *testing.T) {
 	traceScenario(t, 3, 0)
+}
+
+func countNamed(sps []otlptest.Span, name string) int {
+	n := 0
+	for _, sp := range sps {
+		if sp.Name == name {
+			n++
+		}
+	}
+	return n
 }

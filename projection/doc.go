@@ -96,10 +96,12 @@
 // is a client span "projection write <projection>" (db.system.name mongodb, db.namespace,
 // db.collection.name for a view, db.operation.name bulkWrite or commitTransaction,
 // messaging.batch.message_count, jetbus.attempt), linked to the span of each event of the
-// batch (its delivery's consumer span), at most 128 (the rest counted in
-// jetbus.links_dropped). Its parent is the span of the batch's first sampled event: every
-// sampled event reaches its batch's write through the parent or a link, and a batch of one
-// event is its child. A dead letter of a batch's event is written in that event's trace, and
+// batch (its delivery's consumer span): at most 128 links, the sampled events' first; the
+// sampled ones beyond are linked from child spans "projection links <projection>" (128
+// each), and unsampled ones that do not fit are counted in jetbus.links_dropped. Its parent
+// is the span of the batch's first sampled event: every sampled event reaches its batch's
+// write through the parent or a link, whatever the batch's size, and a batch of one event is
+// its child. A dead letter of a batch's event is written in that event's trace, and
 // a transactional handler's ctx carries its event's span.
 //
 // # Metrics

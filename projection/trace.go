@@ -21,7 +21,10 @@ const scope = "github.com/jetbus/jetbus/projection"
 // attrProjection names the projection of a span.
 const attrProjection = attribute.Key("jetbus.projection")
 
-var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+var (
+	clientKind   = trace.WithSpanKind(trace.SpanKindClient)
+	internalKind = trace.WithSpanKind(trace.SpanKindInternal)
+)
 
 // spanContextOf returns the span an entry's event is linked to: the consumer span of ctx,
 // the delivery's handler context, or else the event's own trace context.
@@ -52,14 +55,18 @@ func writeTarget(database, collection, operation string) []attribute.KeyValue {
 	return attrs
 }
 
-// startWrite starts the span of one attempt at writing batch b, when the engine traces.
+// startWrite starts the span of one attempt at writing batch b, when the engine traces. It
+// links to the sampled events' spans first (an unsampled one's span is never exported: its
+// link leads nowhere), up to spans.MaxLinks; the sampled ones beyond are linked from
+// "projection links <projection>" spans, children of the write span, spans.MaxLinks each, so
+// that every sampled event reaches the write of its batch whatever the batch's size. Unsampled
+// links that do not fit are counted in jetbus.links_dropped.
 func (e *engine) startWrite(ctx context.Context, b *batch, attempt int) (context.Context, trace.Span) {
 	if e.tracer == nil {
 		return ctx, nil
 	}
 	var parent trace.SpanContext
-	links := make([]trace.Link, 0, min(len(b.entries), spans.MaxLinks))
-	dropped := 0
+	var sampled, unsampled []trace.Link
 	for _, en := range b.entries {
 		if !en.sc.IsValid() {
 			continue
@@ -67,24 +74,36 @@ func (e *engine) startWrite(ctx context.Context, b *batch, attempt int) (context
 		if !parent.IsSampled() && (en.sc.IsSampled() || !parent.IsValid()) {
 			parent = en.sc
 		}
-		if len(links) == spans.MaxLinks {
-			dropped++
-			continue
+		if en.sc.IsSampled() {
+			sampled = append(sampled, trace.Link{SpanContext: en.sc})
+		} else {
+			unsampled = append(unsampled, trace.Link{SpanContext: en.sc})
 		}
-		links = append(links, trace.Link{SpanContext: en.sc})
 	}
+	links, rest := sampled[:min(len(sampled), spans.MaxLinks)], sampled[min(len(sampled), spans.MaxLinks):]
+	room := min(len(unsampled), spans.MaxLinks-len(links))
+	links = append(links[:len(links):len(links)], unsampled[:room]...)
+	dropped := len(unsampled) - room
 	if parent.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, parent)
 	}
 	ctx, span := e.tracer.Start(ctx, "projection write "+e.name, clientKind, trace.WithLinks(links...),
 		trace.WithAttributes(e.target...))
-	if span.IsRecording() {
-		span.SetAttributes(attrProjection.String(e.name), semconv.MessagingDestinationName(b.topic),
-			semconv.MessagingDestinationPartitionID(strconv.Itoa(b.p)), semconv.MessagingConsumerGroupName(e.group),
-			semconv.MessagingBatchMessageCount(len(b.entries)), spans.AttrAttempt.Int(attempt))
-		if dropped > 0 {
-			span.SetAttributes(spans.AttrLinksDropped.Int(dropped))
-		}
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	span.SetAttributes(attrProjection.String(e.name), semconv.MessagingDestinationName(b.topic),
+		semconv.MessagingDestinationPartitionID(strconv.Itoa(b.p)), semconv.MessagingConsumerGroupName(e.group),
+		semconv.MessagingBatchMessageCount(len(b.entries)), spans.AttrAttempt.Int(attempt))
+	if dropped > 0 {
+		span.SetAttributes(spans.AttrLinksDropped.Int(dropped))
+	}
+	for len(rest) > 0 {
+		n := min(len(rest), spans.MaxLinks)
+		_, more := e.tracer.Start(ctx, "projection links "+e.name, internalKind, trace.WithLinks(rest[:n]...),
+			trace.WithAttributes(attrProjection.String(e.name)))
+		more.End()
+		rest = rest[n:]
 	}
 	return ctx, span
 }

@@ -3,6 +3,7 @@ package projection_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -114,8 +115,8 @@ func TestBatchWriteSpan(t *testing.T) {
 	assert.Equal(t, int64(4), attrValue(write, "messaging.batch.message_count").AsInt64())
 	assert.Equal(t, int64(1), attrValue(write, "jetbus.attempt").AsInt64())
 	require.Len(t, write.Links(), 4, "a link to each event's span")
-	assert.Equal(t, unsampled, write.Links()[0].SpanContext.TraceID().String())
-	assert.False(t, write.Links()[0].SpanContext.IsSampled())
+	assert.Equal(t, unsampled, write.Links()[3].SpanContext.TraceID().String(), "the sampled ones first")
+	assert.False(t, write.Links()[3].SpanContext.IsSampled())
 	var bProcess, dProcess sdktrace.ReadOnlySpan
 	for _, p := range process {
 		if p.Parent().SpanID().String() == "00f067aa0ba902b7" && p.SpanContext().TraceID().String() == sampled {
@@ -128,7 +129,7 @@ func TestBatchWriteSpan(t *testing.T) {
 	require.NotNil(t, bProcess)
 	require.NotNil(t, dProcess)
 	assert.Equal(t, bProcess.SpanContext().SpanID(), write.Parent().SpanID(), "the first sampled event's span is the parent")
-	assert.Equal(t, bProcess.SpanContext(), write.Links()[1].SpanContext)
+	assert.Equal(t, bProcess.SpanContext(), write.Links()[0].SpanContext)
 
 	dead := sr.Ended()
 	var letter sdktrace.ReadOnlySpan
@@ -142,40 +143,74 @@ func TestBatchWriteSpan(t *testing.T) {
 	assert.Equal(t, dlq.ReasonProjection, attrValue(letter, "jetbus.dlq.reason").AsString())
 }
 
-// A batch of more events than a span keeps links for: 128 links, the rest counted.
+// A batch of more events than a span keeps links for: the write links to 128, the sampled
+// events' first; the sampled ones beyond are linked from "projection links" children, the
+// unsampled ones beyond are counted.
 func TestBatchWriteSpanLinksCapped(t *testing.T) {
 	tp, sr := spanRecorder(t)
 	e := tracedEnv(t, "orders", tp)
 	nc := embeddedtest.Connect(t, e.url)
-	for i := range 150 {
-		e.rawPublish(nc, strconv.Itoa(i), fmt.Sprintf(`{"n":%d}`, i), fmt.Sprintf("00-%032x-00f067aa0ba902b7-01", i+1))
+	const n = 400
+	sampled := 0
+	for i := range n {
+		flags := "00"
+		if i%2 == 1 { // every other one, interleaved
+			flags = "01"
+			sampled++
+		}
+		e.rawPublish(nc, strconv.Itoa(i), fmt.Sprintf(`{"n":%d}`, i), fmt.Sprintf("00-%032x-00f067aa0ba902b7-%s", i+1, flags))
 	}
 	cfg := e.config("orders-view")
-	cfg.Linger = 500 * time.Millisecond
-	cfg.BatchSize = 200
+	cfg.Linger = time.Second
+	cfg.BatchSize = 500
 	c := e.changelog(cfg, projection.WithTracerProvider(tp))
 	start(t, c.Run)
 	e.waitLag("orders-view", 30*time.Second)
-	var writes []sdktrace.ReadOnlySpan
+	var writes, more []sdktrace.ReadOnlySpan
 	require.Eventually(t, func() bool {
-		writes = writes[:0]
-		n := 0
+		writes, more = writes[:0], more[:0]
+		events := 0
 		for _, s := range sr.Ended() {
-			if s.Name() == "projection write orders-view" {
+			switch s.Name() {
+			case "projection write orders-view":
 				writes = append(writes, s)
-				n += int(attrValue(s, "messaging.batch.message_count").AsInt64())
+				events += int(attrValue(s, "messaging.batch.message_count").AsInt64())
+			case "projection links orders-view":
+				more = append(more, s)
 			}
 		}
-		return n == 150
+		return events == n
 	}, 20*time.Second, 10*time.Millisecond)
-	capped := false
-	for _, w := range writes {
-		n := int(attrValue(w, "messaging.batch.message_count").AsInt64())
-		capped = capped || n > 128
-		assert.Len(t, w.Links(), min(n, 128))
-		assert.Equal(t, int64(max(0, n-128)), attrValue(w, "jetbus.links_dropped").AsInt64())
+	linked := map[string]bool{} // the sampled events linked, by trace ID
+	for _, s := range slices.Concat(writes, more) {
+		for _, l := range s.Links() {
+			if l.SpanContext.IsSampled() {
+				linked[l.SpanContext.TraceID().String()] = true
+			}
+		}
 	}
-	assert.True(t, capped, "a batch of more than 128 events")
+	assert.Len(t, linked, sampled, "every sampled event linked from its batch's write")
+	big := false
+	for _, w := range writes {
+		size := int(attrValue(w, "messaging.batch.message_count").AsInt64())
+		half := size / 2 // sampled, about
+		assert.LessOrEqual(t, len(w.Links()), 128)
+		if size > 2*128 {
+			big = true
+			assert.Len(t, w.Links(), 128)
+			for _, l := range w.Links() {
+				assert.True(t, l.SpanContext.IsSampled(), "the sampled events' links first")
+			}
+			assert.InDelta(t, size-half, attrValue(w, "jetbus.links_dropped").AsInt64(), 1, "the unsampled ones counted")
+		}
+	}
+	assert.True(t, big, "a batch of more than 256 events")
+	for _, m := range more {
+		assert.Equal(t, trace.SpanKindInternal, m.SpanKind())
+		assert.True(t, slices.ContainsFunc(writes, func(w sdktrace.ReadOnlySpan) bool { return w.SpanContext().SpanID() == m.Parent().SpanID() }),
+			"a child of a write span")
+	}
+	assert.NotEmpty(t, more)
 }
 
 // A transactional projection: a write span per commit, and the handler's ctx carries its own
