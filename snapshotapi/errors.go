@@ -16,6 +16,7 @@ var ErrInvalidConfig = fmt.Errorf("snapshotapi: %w", jetbus.ErrInvalidConfig)
 const (
 	CodeBadQuery         = "bad_query"           // 400: a parameter the grammar refuses (details.param, details.reason)
 	CodeBadCursor        = "bad_cursor"          // 400: a cursor that is not one this API issued for this query
+	CodeBadPosition      = "bad_position"        // 400: a position (since, Last-Event-ID) that is not one this API issued
 	CodeBadKey           = "bad_key"             // 400: a key no event can have (empty, too long, control characters)
 	CodeBadHeader        = "bad_header"          // 400: a malformed If-Match or If-None-Match
 	CodeQueryTooLong     = "query_too_long"      // 400: a query string over the limit

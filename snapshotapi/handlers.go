@@ -237,6 +237,11 @@ func (s *Server) getList(c echo.Context) error {
 	h := c.Response().Header()
 	cacheHeaders(h, v.cacheControl)
 	h.Set("ETag", val.etag)
+	if !live.at.IsZero() {
+		// The page reflects at least every change up to live.at: resolved by a majority read
+		// that ended before the page was read.
+		h.Set(PositionHeader, s.positions.encode(allAt(v.Database, live.collection, live.at)))
+	}
 	if stop, err := s.conditional(c, routeList, val); stop || err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ type obj = map[string]any
 
 func ref(to string) obj { return obj{"$ref": "#/components/" + to} }
 
-var errorCodes = []string{CodeBadQuery, CodeBadCursor, CodeBadKey, CodeBadHeader, CodeQueryTooLong, CodeUnauthorized,
+var errorCodes = []string{CodeBadQuery, CodeBadCursor, CodeBadPosition, CodeBadKey, CodeBadHeader, CodeQueryTooLong, CodeUnauthorized,
 	CodeForbidden, CodeNotFound, CodeUnknownView, CodeUnknownTopic, CodeMethodNotAllowed, CodePrecondition, CodeBodyTooLarge, CodeNoHistory,
 	CodeHistoryExpired, CodeNotKeyed, CodeNotJSON, CodeHeadersTooLarge, CodeNotApplied, CodeUnavailable, CodeTimeout, CodeInternal}
 
@@ -121,6 +121,9 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 		"Link":             obj{"description": "RFC 8288 link to the next page (rel=\"next\"), when there is one.", "schema": obj{"type": "string"}},
 		"Retry-After":      obj{"description": "Seconds to wait before trying again.", "schema": obj{"type": "string"}},
 		"WWW-Authenticate": obj{"description": "RFC 6750 bearer challenge.", "schema": obj{"type": "string"}},
+		PositionHeader: obj{"description": "The position in the view's changes this page reflects at least (opaque, URL-safe, valid on any replica): " +
+			"watch the view with since=<it> to get every change after it. Changes just before the page was read may come again: keep the greater _v.",
+			"schema": obj{"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}},
 	}
 	errResp := func(desc string, hdrs ...string) obj {
 		r := obj{"description": desc, "content": obj{"application/json": obj{"schema": ref("schemas/Error")}}}
@@ -246,7 +249,7 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 		}
 		listOK := errRefs("304", "400", "401", "403", "404", "412", "503")
 		listOK["200"] = obj{"description": "A page of documents.",
-			"headers": obj{"ETag": ref("headers/ETag"), "Link": ref("headers/Link"), "Cache-Control": ref("headers/Cache-Control")},
+			"headers": obj{"ETag": ref("headers/ETag"), "Link": ref("headers/Link"), "Cache-Control": ref("headers/Cache-Control"), PositionHeader: ref("headers/" + PositionHeader)},
 			"content": obj{"application/json": obj{"schema": ref("schemas/List." + v.Name)}}}
 		listOp := func(head bool) obj {
 			op := obj{"operationId": "list_" + v.Name, "summary": "A page of view " + v.Name + ", filtered and ordered.",

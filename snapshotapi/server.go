@@ -88,15 +88,17 @@ type Server struct {
 	order   []*view
 	auth    *authorizer
 	cursors cursorCodec
-	cache   *docCache
-	known   checkpointKnown
-	waiting atomic.Int64 // requests waiting for ?after=
-	metrics *metrics
-	log     *slog.Logger
-	echo    *echo.Echo
-	now     func() time.Time
-	openapi openAPICache
-	bufs    sync.Pool
+	// positions seals the positions of views' changes (Jetbus-Position, watch ids).
+	positions positionCodec
+	cache     *docCache
+	known     checkpointKnown
+	waiting   atomic.Int64 // requests waiting for ?after=
+	metrics   *metrics
+	log       *slog.Logger
+	echo      *echo.Echo
+	now       func() time.Time
+	openapi   openAPICache
+	bufs      sync.Pool
 }
 
 // New returns the API over cfg's views. It does no I/O.
@@ -131,7 +133,7 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mongo: deps.Mongo, schemas: deps.Schemas, keys: deps.Keys, topics: map[string]bool{}, views: map[string]*view{},
-		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
+		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), positions: newPositionCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
 		metrics: m, log: o.log, now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	if s.cache != nil {
@@ -160,7 +162,7 @@ func (s *Server) router() *echo.Echo {
 			AllowOrigins:  s.cfg.CORSOrigins,
 			AllowMethods:  []string{http.MethodGet, http.MethodHead},
 			AllowHeaders:  []string{"Authorization", "If-None-Match", "If-Match", "If-Modified-Since", "If-Unmodified-Since"},
-			ExposeHeaders: []string{"ETag", "Last-Modified", "Link", "Retry-After", "WWW-Authenticate"},
+			ExposeHeaders: []string{"ETag", "Last-Modified", "Link", "Retry-After", "WWW-Authenticate", PositionHeader},
 			MaxAge:        600,
 		}))
 	}
@@ -343,6 +345,7 @@ func (s *Server) writeError(c echo.Context, e *apiError) {
 	h.Del("ETag")
 	h.Del("Last-Modified")
 	h.Del("Link")
+	h.Del(PositionHeader)
 	for k, vs := range e.header {
 		h[k] = vs
 	}
