@@ -154,6 +154,11 @@ func (s *Server) getList(c echo.Context) error {
 	if e != nil {
 		return e
 	}
+	if watch, e := isWatch(params); e != nil {
+		return e
+	} else if watch {
+		return s.watch(c, v, params)
+	}
 	lp, e := parseListParams(params, v, s.cfg.MaxWait)
 	if e != nil {
 		return e

@@ -96,7 +96,7 @@ type obj = map[string]any
 func ref(to string) obj { return obj{"$ref": "#/components/" + to} }
 
 var errorCodes = []string{CodeBadQuery, CodeBadCursor, CodeBadPosition, CodeBadKey, CodeBadHeader, CodeQueryTooLong, CodeUnauthorized,
-	CodeForbidden, CodeNotFound, CodeUnknownView, CodeUnknownTopic, CodeMethodNotAllowed, CodePrecondition, CodeBodyTooLarge, CodeNoHistory,
+	CodeForbidden, CodeNotFound, CodeUnknownView, CodeUnknownTopic, CodeMethodNotAllowed, CodeNotAcceptable, CodePositionExpired, CodePrecondition, CodeBodyTooLarge, CodeNoHistory,
 	CodeHistoryExpired, CodeNotKeyed, CodeNotJSON, CodeHeadersTooLarge, CodeNotApplied, CodeUnavailable, CodeTimeout, CodeInternal}
 
 func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {

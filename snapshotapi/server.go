@@ -61,8 +61,9 @@ type Deps struct {
 type Option func(*settings) error
 
 type settings struct {
-	log *slog.Logger
-	reg prometheus.Registerer
+	log          *slog.Logger
+	reg          prometheus.Registerer
+	watchStarted func(*http.Request)
 }
 
 // WithLogger logs faults of the server (never of requests) and the cache's stream (nil:
@@ -74,6 +75,14 @@ func WithLogger(l *slog.Logger) Option {
 // WithRegisterer registers the API's metrics (see metrics.go's list) on r.
 func WithRegisterer(r prometheus.Registerer) Option {
 	return func(o *settings) error { o.reg = r; return nil }
+}
+
+// WithWatchStarted calls f with the request of each watch (GET /v1/views/{view}?watch=true)
+// once it is admitted, before it streams: a process whose HTTP server bounds the requests
+// served at once gives the request's place back there, since a watch lasts as long as the
+// client stays and counts against Config.MaxWatchers instead.
+func WithWatchStarted(f func(*http.Request)) Option {
+	return func(o *settings) error { o.watchStarted = f; return nil }
 }
 
 // Server is the snapshot API: an http.Handler. Run keeps its document cache live; without
@@ -99,6 +108,17 @@ type Server struct {
 	now       func() time.Time
 	openapi   openAPICache
 	bufs      sync.Pool
+
+	// Watches: the hubs of watched collections, and the watchers streaming.
+	hubsMu      sync.Mutex
+	hubs        map[hubKey]*hub
+	hubsStopped bool
+	hubsCtx     context.Context
+	hubsCancel  context.CancelFunc
+	hubRing     int
+	watchers    atomic.Int64
+	// watchStarted is told of each watch admitted (WithWatchStarted).
+	watchStarted func(*http.Request)
 }
 
 // New returns the API over cfg's views. It does no I/O.
@@ -136,6 +156,10 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), positions: newPositionCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
 		metrics: m, log: o.log, now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	s.hubs = map[hubKey]*hub{}
+	s.hubRing = hubRing
+	s.hubsCtx, s.hubsCancel = context.WithCancel(context.Background())
+	s.watchStarted = o.watchStarted
 	if s.cache != nil {
 		s.cache.onCheckpoint = func(db, id string) { s.known.wrote(db + "\x00" + id) }
 		s.cache.onRestart = s.known.wroteAll
@@ -166,7 +190,10 @@ func (s *Server) router() *echo.Echo {
 			MaxAge:        600,
 		}))
 	}
-	e.Use(middleware.GzipWithConfig(middleware.GzipConfig{Skipper: func(c echo.Context) bool { return !acceptsGzip(c.Request()) }}))
+	e.Use(middleware.GzipWithConfig(middleware.GzipConfig{Skipper: func(c echo.Context) bool {
+		r := c.Request()
+		return !acceptsGzip(r) || watchQuery(r.URL.RawQuery)
+	}}))
 	for _, m := range []string{http.MethodGet, http.MethodHead} {
 		e.Add(m, routeList, s.getList)
 		e.Add(m, routeKey, s.getKey)
@@ -184,9 +211,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Run keeps the document cache live with a change stream on each views' database, until ctx
-// ends; then it returns nil. A deployment without change streams leaves the cache off (it
+// ends; then it ends the watches under way (each told with a disconnect event, so that an
+// HTTP server's shutdown need not wait for them) and returns nil. A deployment without change streams leaves the cache off (it
 // logs why) and Run waits for ctx.
 func (s *Server) Run(ctx context.Context) error {
+	// When Run ends the server stops: watches end (each client is told) so that the HTTP
+	// server's shutdown does not wait for them.
+	defer s.stopHubs()
 	if s.cache == nil {
 		<-ctx.Done()
 		return nil
