@@ -61,9 +61,8 @@ type Deps struct {
 type Option func(*settings) error
 
 type settings struct {
-	log          *slog.Logger
-	reg          prometheus.Registerer
-	watchStarted func(*http.Request)
+	log *slog.Logger
+	reg prometheus.Registerer
 }
 
 // WithLogger logs faults of the server (never of requests) and the cache's stream (nil:
@@ -75,14 +74,6 @@ func WithLogger(l *slog.Logger) Option {
 // WithRegisterer registers the API's metrics (see metrics.go's list) on r.
 func WithRegisterer(r prometheus.Registerer) Option {
 	return func(o *settings) error { o.reg = r; return nil }
-}
-
-// WithWatchStarted calls f with the request of each watch (GET /v1/views/{view}?watch=true)
-// once it is admitted, before it streams: a process whose HTTP server bounds the requests
-// served at once gives the request's place back there, since a watch lasts as long as the
-// client stays and counts against Config.MaxWatchers instead.
-func WithWatchStarted(f func(*http.Request)) Option {
-	return func(o *settings) error { o.watchStarted = f; return nil }
 }
 
 // Server is the snapshot API: an http.Handler. Run keeps its document cache live; without
@@ -117,8 +108,6 @@ type Server struct {
 	hubsCancel  context.CancelFunc
 	hubRing     int
 	watchers    atomic.Int64
-	// watchStarted is told of each watch admitted (WithWatchStarted).
-	watchStarted func(*http.Request)
 }
 
 // New returns the API over cfg's views. It does no I/O.
@@ -159,7 +148,6 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 	s.hubs = map[hubKey]*hub{}
 	s.hubRing = hubRing
 	s.hubsCtx, s.hubsCancel = context.WithCancel(context.Background())
-	s.watchStarted = o.watchStarted
 	if s.cache != nil {
 		s.cache.onCheckpoint = func(db, id string) { s.known.wrote(db + "\x00" + id) }
 		s.cache.onRestart = s.known.wroteAll

@@ -76,10 +76,27 @@ func isWatch(params []param) (bool, *apiError) {
 	return false, nil
 }
 
-// watchQuery reports whether a raw query string asks to watch: a stream is not gzipped
+// watchQuery reports whether a raw query string may ask to watch: a stream is not gzipped
 // (each event must reach the client when written).
 func watchQuery(raw string) bool {
 	return strings.Contains(raw, "watch=true") || strings.Contains(raw, "watch=1")
+}
+
+// IsWatch reports whether r is a watch (GET /v1/views/{view}?watch=true): a stream that
+// lasts as long as its client stays, bounded by Config.MaxWatchers. A server that bounds
+// the requests it serves at once leaves watches out of that bound (the processes'
+// http.max_requests does).
+func IsWatch(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/views/")
+	if !ok || rest == "" || strings.Contains(rest, "/") || r.Method != http.MethodGet || !watchQuery(r.URL.RawQuery) {
+		return false
+	}
+	params, e := splitQuery(r.URL.RawQuery, DefaultMaxQueryBytes)
+	if e != nil {
+		return false
+	}
+	w, e := isWatch(params)
+	return e == nil && w
 }
 
 // parseWatchParams parses the parameters of a watch: filters, since, meta, ticket.
@@ -528,9 +545,6 @@ func (s *Server) watch(c echo.Context, v *view, params []param) error {
 		}
 	}
 
-	if s.watchStarted != nil {
-		s.watchStarted(r)
-	}
 	hd := c.Response().Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store")

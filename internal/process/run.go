@@ -50,6 +50,9 @@ type Spec struct {
 	// OpsGuard, if set, wraps /metrics and /v1/ops/status: access control for the
 	// operations endpoints (package wiring sets it from the auth section).
 	OpsGuard func(http.Handler) http.Handler
+	// Streams, if set, tells the long-lived requests of the process's HTTP servers
+	// (Limits.Streams).
+	Streams func(*http.Request) bool
 }
 
 // Env is what Setup gets: the connections, the metrics registerer and the logger.
@@ -115,6 +118,7 @@ func Run(ctx context.Context, spec Spec) error {
 	}
 	reg := ops.NewRegistry()
 	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups), limits: limitsOf(cfg)}
+	env.limits.Streams = spec.Streams
 	env.conns = &connCount{max: int64(env.limits.withDefaults().MaxConnections)}
 	var err error
 	if env.http, err = newHTTPMetrics(env.Metrics); err != nil {

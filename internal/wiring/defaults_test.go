@@ -65,6 +65,8 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"http.max_requests":             {cfg.HTTP.MaxRequests, process.DefaultMaxRequests},
 		"http.idle_timeout":             {cfg.HTTP.IdleTimeout, process.DefaultIdleTimeout},
 		"http.max_waits":                {ac.MaxWaits, snapshotapi.DefaultMaxWaits},
+		"http.max_watchers":             {ac.MaxWatchers, snapshotapi.DefaultMaxWatchers},
+		"http.watch_buffer":             {ac.WatchBuffer, snapshotapi.DefaultWatchBuffer},
 		"topics.partitions":             {tc.Partitions, jetstream.DefaultPartitions},
 		"topics.replicas":               {tc.Replicas, jetstream.DefaultReplicas},
 		"topics.duplicate_window":       {tc.DuplicateWindow, jetstream.DefaultDuplicateWindow},
