@@ -183,6 +183,9 @@ type Config struct {
 	WatchBuffer int
 	// KeepAlive is how often an idle watch sends a comment (default DefaultKeepAlive).
 	KeepAlive time.Duration
+	// TicketTTL is how long a ticket (POST /v1/tickets) is accepted by a watch (default
+	// DefaultTicketTTL).
+	TicketTTL time.Duration
 }
 
 // Validate reports whether c is usable; errors wrap ErrInvalidConfig and name the field.
@@ -258,8 +261,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: DefaultWait %s exceeds MaxWait %s", ErrInvalidConfig, c.DefaultWait, c.MaxWait)
 	}
 	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 || c.MaxPageBytes < 0 ||
-		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.KeepAlive < 0 {
-		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer and KeepAlive may not be negative", ErrInvalidConfig)
+		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.KeepAlive < 0 || c.TicketTTL < 0 {
+		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer, KeepAlive and TicketTTL may not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -403,6 +406,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = DefaultKeepAlive
+	}
+	if c.TicketTTL == 0 {
+		c.TicketTTL = DefaultTicketTTL
 	}
 	if c.JWT.ScopeClaim == "" {
 		c.JWT.ScopeClaim = DefaultScopeClaim

@@ -19,6 +19,7 @@ const (
 	CodeBadPosition      = "bad_position"        // 400: a position (since, Last-Event-ID) that is not one this API issued
 	CodeBadKey           = "bad_key"             // 400: a key no event can have (empty, too long, control characters)
 	CodeBadHeader        = "bad_header"          // 400: a malformed If-Match or If-None-Match
+	CodeBadBody          = "bad_body"            // 400, 415: a request body that is not what the route reads (POST /v1/tickets)
 	CodeQueryTooLong     = "query_too_long"      // 400: a query string over the limit
 	CodeUnauthorized     = "unauthorized"        // 401: no, an invalid or an expired token
 	CodeForbidden        = "forbidden"           // 403: a valid token without the view in its scope

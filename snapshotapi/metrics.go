@@ -85,7 +85,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 
 var codeText = func() map[int]string {
 	m := map[int]string{}
-	for _, c := range []int{200, 304, 400, 401, 403, 404, 405, 406, 410, 412, 413, 422, 431, 500, 503} {
+	for _, c := range []int{200, 201, 304, 400, 401, 403, 404, 405, 406, 410, 412, 413, 415, 422, 431, 500, 503} {
 		m[c] = strconv.Itoa(c)
 	}
 	return m

@@ -35,7 +35,7 @@ const (
 
 // Patterns are the http.ServeMux patterns of the API's routes, for mounting its handler
 // beside others.
-var Patterns = []string{"/v1/views/", "/v1/topics/", "/openapi.json"}
+var Patterns = []string{"/v1/views/", "/v1/topics/", "/v1/tickets", "/openapi.json"}
 
 // Schemas is what the Server needs of a schema registry: the latest schema of a topic, for
 // /openapi.json. *schema.Registry has it.
@@ -90,15 +90,17 @@ type Server struct {
 	cursors cursorCodec
 	// positions seals the positions of views' changes (Jetbus-Position, watch ids).
 	positions positionCodec
-	cache     *docCache
-	known     checkpointKnown
-	waiting   atomic.Int64 // requests waiting for ?after=
-	metrics   *metrics
-	log       *slog.Logger
-	echo      *echo.Echo
-	now       func() time.Time
-	openapi   openAPICache
-	bufs      sync.Pool
+	// tickets seals the tickets of watches (POST /v1/tickets).
+	tickets ticketCodec
+	cache   *docCache
+	known   checkpointKnown
+	waiting atomic.Int64 // requests waiting for ?after=
+	metrics *metrics
+	log     *slog.Logger
+	echo    *echo.Echo
+	now     func() time.Time
+	openapi openAPICache
+	bufs    sync.Pool
 
 	// Watches: the hubs of watched collections, and the watchers streaming.
 	hubsMu      sync.Mutex
@@ -142,7 +144,7 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mongo: deps.Mongo, schemas: deps.Schemas, keys: deps.Keys, topics: map[string]bool{}, views: map[string]*view{},
-		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), positions: newPositionCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
+		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), positions: newPositionCodec(cfg.CursorKey), tickets: newTicketCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
 		metrics: m, log: o.log, now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.hubs = map[hubKey]*hub{}
@@ -172,8 +174,8 @@ func (s *Server) router() *echo.Echo {
 	if len(s.cfg.CORSOrigins) > 0 {
 		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{
 			AllowOrigins:  s.cfg.CORSOrigins,
-			AllowMethods:  []string{http.MethodGet, http.MethodHead},
-			AllowHeaders:  []string{"Authorization", "If-None-Match", "If-Match", "If-Modified-Since", "If-Unmodified-Since"},
+			AllowMethods:  []string{http.MethodGet, http.MethodHead, http.MethodPost},
+			AllowHeaders:  []string{"Authorization", "If-None-Match", "If-Match", "If-Modified-Since", "If-Unmodified-Since", "Content-Type", "Last-Event-ID"},
 			ExposeHeaders: []string{"ETag", "Last-Modified", "Link", "Retry-After", "WWW-Authenticate", PositionHeader},
 			MaxAge:        600,
 		}))
@@ -188,6 +190,7 @@ func (s *Server) router() *echo.Echo {
 		e.Add(m, routeOpenAPI, s.getOpenAPI)
 		e.Add(m, routeTopicKey, s.getTopicKey)
 	}
+	e.Add(http.MethodPost, routeTickets, s.postTicket)
 	return e
 }
 
@@ -330,8 +333,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.As(err, &he):
 		switch he.Code {
 		case http.StatusNotFound:
-			ae = newError(he.Code, CodeNotFound, "no such route: the API serves /v1/views/{view}, /v1/views/{view}/{key}, /v1/topics/{topic}/keys/{key} and /openapi.json")
+			ae = newError(he.Code, CodeNotFound, "no such route: the API serves /v1/views/{view}, /v1/views/{view}/{key}, /v1/topics/{topic}/keys/{key}, /v1/tickets and /openapi.json")
 		case http.StatusMethodNotAllowed:
+			if c.Path() == routeTickets {
+				ae = newError(he.Code, CodeMethodNotAllowed, "POST /v1/tickets issues a ticket; nothing else is served there")
+				break
+			}
 			ae = newError(he.Code, CodeMethodNotAllowed, "the API is read-only: GET and HEAD only")
 		case http.StatusRequestEntityTooLarge:
 			ae = newError(he.Code, CodeBodyTooLarge, "the request body is too large")
@@ -369,7 +376,11 @@ func (s *Server) writeError(c echo.Context, e *apiError) {
 		h[k] = vs
 	}
 	if e.Status == http.StatusMethodNotAllowed {
-		h.Set("Allow", "GET, HEAD")
+		if c.Path() == routeTickets {
+			h.Set("Allow", "POST")
+		} else {
+			h.Set("Allow", "GET, HEAD")
+		}
 	}
 	h.Set("Cache-Control", "no-store")
 	details := e.Details

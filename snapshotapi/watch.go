@@ -457,6 +457,41 @@ func (w *watcher) keepAlive(b []byte) []byte {
 	return append(b, '\n')
 }
 
+// watchedView returns the view of a watch, after authenticating it by its ticket
+// (?ticket=, for browsers: see ticket.go) or its bearer token, and authorizing it.
+func (s *Server) watchedView(c echo.Context, params []param) (*view, *apiError) {
+	r := c.Request()
+	ticket, hasTicket := "", false
+	for _, p := range params {
+		if p.name == "ticket" {
+			ticket, hasTicket = p.value, true
+		}
+	}
+	if !hasTicket {
+		return s.viewOf(c)
+	}
+	if len(r.Header.Values("Authorization")) > 0 {
+		return nil, badQuery("ticket", "send a ticket or an Authorization header, not both")
+	}
+	p, e := s.tickets.decode(ticket, s.now())
+	if e != nil {
+		return nil, e
+	}
+	name, e := pathParam(c, "view")
+	if e != nil {
+		return nil, e
+	}
+	v := s.views[name]
+	if v == nil {
+		return nil, newError(http.StatusNotFound, CodeUnknownView, "no view %q", printable(name)).with("views", p.views)
+	}
+	if !p.may(name) {
+		return nil, newError(http.StatusForbidden, CodeForbidden, "the ticket is for other views (%s): get one for %s", strings.Join(p.views, ", "), name).
+			with("view", name).withHeader("WWW-Authenticate", realm+`, error="insufficient_scope", scope="`+name+`"`)
+	}
+	return v, nil
+}
+
 // watch serves a watch of view v.
 func (s *Server) watch(c echo.Context, v *view, params []param) error {
 	r := c.Request()

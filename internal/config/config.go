@@ -197,6 +197,8 @@ type Auth struct {
 	Open   bool    `yaml:"open" desc:"Serve views, /v1/ops/status and /metrics without authentication on an address beyond loopback, on purpose (logged at warn on every start). Without it, a process whose http.addr or http.api_addr is not a loopback address refuses to start unless tokens or jwt are configured. /healthz and /readyz are always open."`
 	Tokens []Token `yaml:"tokens" desc:"Static bearer tokens, each with the views it may read (at least 16 characters)."`
 	JWT    JWT     `yaml:"jwt" desc:"JSON Web Tokens signed with HS256 or RS256; the scope claim lists the views a token may read."`
+	// TicketTTL bounds the tickets browsers watch views with.
+	TicketTTL time.Duration `yaml:"ticket_ttl" default:"5m" min:"1" desc:"How long a ticket from POST /v1/tickets opens watches (?watch=true&ticket=…) of its views: a browser's EventSource cannot send Authorization, and a long-lived token never goes in a URL. A stream outlives its ticket; an EventSource reconnecting after it expired is refused (401) and needs a new ticket (with since=<last id>)."`
 }
 
 // Token is a static bearer token.

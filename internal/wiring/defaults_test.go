@@ -102,6 +102,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"views.max_limit":               {view.MaxLimit, snapshotapi.DefaultMaxLimit},
 		"views.cache_control":           {view.CacheControl, snapshotapi.DefaultCacheControl},
 		"auth.jwt.scope_claim":          {ac.JWT.ScopeClaim, snapshotapi.DefaultScopeClaim},
+		"auth.ticket_ttl":               {ac.TicketTTL, snapshotapi.DefaultTicketTTL},
 	}
 	for key, c := range checks {
 		assert.EqualValues(t, c[1], c[0], "%s: the config default differs from the package default", key)
