@@ -44,11 +44,14 @@
 //	internal/promreg           registering Prometheus collectors: register or reuse, register or replace
 //	internal/mongoname         MongoDB's rules for database, collection and field-path names
 //	internal/option            the options every component takes (logger, registerer) and the loop applying them
+//	internal/spans             OpenTelemetry through its API: whether a provider traces, an event's trace context as a parent, messaging attributes
 //
 // Internal packages of the processes (they import the libraries, never the other way round):
 //
 //	internal/config            the processes' configuration: YAML, environment and flags, decoded and checked
 //	internal/wiring            the composition root: a loaded configuration becomes each process's components, and the tools' connections
+//	internal/tracing           the OpenTelemetry SDK of the processes: the tracing section and OTEL_* variables, the OTLP exporter, flushed on stop
+//	internal/tracing/otlptest  an in-process OTLP receiver (HTTP and gRPC) for tests of what the processes export
 //	internal/process           what the processes share around their components: Runner, signals, connections, Run
 //	internal/ops               what operators see: /healthz, /readyz, /metrics, /v1/ops/status, the status report, the registry
 //	internal/ops/opstest       a consumer group in a known, stable state for the tests of what operators see
@@ -74,6 +77,11 @@
 //     step (the DLQ middleware of package dlq, when installed) and then terminated. It is never
 //     silently dropped: it stays in the topic's stream, and JetStream publishes an advisory for
 //     every terminated message.
+//
+// Every event carries its W3C trace context (Event.TraceParent, TraceState; docs/wire.md,
+// "Trace context"): Publish takes it from ctx's span (or WithTraceContext), and a Bus that
+// traces (package jetstream, WithTracerProvider) starts a producer span per publish and a
+// consumer span per delivery, which the handler's ctx carries.
 //
 // Order holds per key within a partition as long as handlers succeed. A failed event is
 // redelivered after its backoff, behind the events that followed it; handlers that need strict

@@ -38,7 +38,19 @@ type Event struct {
 	Tags []string `json:"tags,omitempty"`
 	// Seq is the stream sequence of the event: set on delivery and on a successful publish.
 	Seq uint64 `json:"seq,omitempty"`
+	// TraceParent and TraceState are the event's W3C trace context (the traceparent and
+	// tracestate headers): the span that published it. Both are empty when the event has
+	// none or its traceparent was malformed (dropped, never an error). A handler's context
+	// carries this span as its parent when the Bus traces.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+	// Baggage is the event's W3C baggage header, holding only the keys the Bus allows
+	// (jetstream.WithBaggageKeys); empty when none are allowed.
+	Baggage string `json:"baggage,omitempty"`
 }
+
+// TraceID returns the trace ID of the event's traceparent (32 lowercase hex digits), or "".
+func (e *Event) TraceID() string { return TraceIDOf(e.TraceParent) }
 
 // Tombstone reports whether the event's payload is JSON null.
 func (e *Event) Tombstone() bool {

@@ -11,10 +11,10 @@ import (
 
 // libraryInternals are the internal packages the libraries (every package outside cmd/,
 // examples/, e2e/, bench/ and internal/) may import: small rules with no process in them.
-// The others — config, process, ops, cli, wiring, devenv, devmode — belong to the processes
+// The others — config, process, ops, cli, wiring, tracing, devenv, devmode — belong to the processes
 // (docs/architecture.md, "Internal packages").
 var libraryInternals = []string{"internal/retry", "internal/streamscan", "internal/jsonenc", "internal/option",
-	"internal/promreg", "internal/mongoname"}
+	"internal/promreg", "internal/mongoname", "internal/spans"}
 
 func TestLibrariesImportOnlyLibraryInternals(t *testing.T) {
 	const module = "github.com/jetbus/jetbus/"

@@ -19,6 +19,12 @@ type PublishOptions struct {
 	Tags     []string
 	CausedBy []string
 	SID      string
+	// TraceParent, TraceState and Baggage are the trace context set by WithTraceContext and
+	// WithBaggage, as given: the Bus validates them (a malformed value is dropped and
+	// counted, not an error).
+	TraceParent string
+	TraceState  string
+	Baggage     string
 }
 
 // ApplyPublishOptions applies opts in order and validates the result.
@@ -148,6 +154,23 @@ func WithSID(sid string) PublishOption {
 		o.SID = sid
 		return nil
 	}
+}
+
+// WithTraceContext sets the W3C trace context the event continues, as received from another
+// hop (a message's traceparent and tracestate headers): when ctx holds no span, the event's
+// span (with a tracing Bus) is a child of traceparent, or the event carries these values as
+// they are (without one). When ctx holds a span, that span is the parent and these are
+// ignored. A malformed traceparent is dropped with its tracestate, and a malformed
+// tracestate alone, and counted by the Bus: never an error for the event.
+func WithTraceContext(traceparent, tracestate string) PublishOption {
+	return func(o *PublishOptions) error { o.TraceParent, o.TraceState = traceparent, tracestate; return nil }
+}
+
+// WithBaggage sets the W3C baggage header the event carries, instead of the baggage of ctx.
+// The Bus keeps only the keys it allows (jetstream.WithBaggageKeys; none by default); a
+// malformed baggage is dropped and counted, never an error.
+func WithBaggage(baggage string) PublishOption {
+	return func(o *PublishOptions) error { o.Baggage = baggage; return nil }
 }
 
 // Subscription defaults.

@@ -11,6 +11,15 @@ const (
 	HeaderSchemaVersion = "x-schema-version"
 	HeaderContentType   = "content-type"
 
+	// The W3C Trace Context (https://www.w3.org/TR/trace-context/) and Baggage
+	// (https://www.w3.org/TR/baggage/) headers, exactly these lowercase names: the only
+	// headers an event carries that are neither jetbus's nor "x-" custom ones. Publish takes
+	// them from the context's span (and jetbus.WithTraceContext, jetbus.WithBaggage), not
+	// from WithHeaders; a malformed value is dropped and counted, never an error.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+	HeaderBaggage     = "baggage" // kept only for the keys a Bus allows (opt-in)
+
 	// ContentTypeJSON is the content type of every jetbus event body.
 	ContentTypeJSON = "application/json"
 )

@@ -26,6 +26,7 @@ import (
 	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/wiring"
 	jbjs "github.com/jetbus/jetbus/jetstream"
+	"github.com/jetbus/jetbus/partition"
 	"github.com/jetbus/jetbus/schema"
 )
 
@@ -174,7 +175,16 @@ func TestNATSUsers(t *testing.T) {
 	for _, fc := range cfg.Changefeeds {
 		subject := "$KV.jetbus_group_changefeed_" + fc.Name + ".l.changefeed.p0"
 		assert.True(t, canPublish(bridge, subject), "bridge: the lease of changefeed %s (add it to %s)", fc.Name, natsAuthFile)
+		assert.False(t, canPublish(projector, subject), "projector: the lease of changefeed %s (deny it in %s)", fc.Name, natsAuthFile)
+		assert.False(t, canPublish(projector, "$JS.API.STREAM.DELETE.KV_jetbus_group_changefeed_"+fc.Name), "projector: delete the leases of changefeed %s", fc.Name)
 	}
+	// The DLQ's settings and its advisories are the bridge's; the projector attaches to it.
+	for _, stream := range []string{dlq.StreamName, dlq.RejectsStreamName, dlq.AdvisoryStreamName, "KV_" + dlq.ParkBucket, "KV_" + dlq.ReplayBucket} {
+		assert.True(t, canPublish(bridge, "$JS.API.STREAM.UPDATE."+stream), "bridge: apply the settings of %s", stream)
+		assert.False(t, canPublish(projector, "$JS.API.STREAM.UPDATE."+stream), "projector: change the limits of %s", stream)
+	}
+	assert.False(t, canPublish(projector, "$JS.ACK.DLQ_ADVISORIES.jetbus-sweeper.1.2.3.4.5"), "projector: swallow the sweeper's advisories")
+	assert.False(t, canPublish(projector, "$JS.ACK._.acchash.DLQ_ADVISORIES.jetbus-sweeper.1.2.3.4.5.x"), "projector: swallow the sweeper's advisories, v2 format")
 	for _, oc := range cfg.Outbox {
 		subject := "$KV.jetbus_group_outbox_" + oc.Name + ".l.outbox.p0"
 		assert.True(t, canPublish(bridge, subject), "bridge: the lease of outbox %s (add it to %s)", oc.Name, natsAuthFile)
@@ -221,8 +231,25 @@ func TestNATSUsers(t *testing.T) {
 		assert.True(t, canSubscribe(bridge, verb), "bridge: serve %s", verb)
 		assert.True(t, canPublish(client, verb), "client: ask %s", verb)
 	}
-	for _, u := range []*server.User{projector, producer, client} {
+	for _, u := range []*server.User{producer, client} {
 		assert.Nil(t, u.Permissions.Response, "%s answers no requests", u.Username)
+	}
+
+	// Liveness probes between the members of a projector's groups ($JETBUS.LIVE.<group>.<member>,
+	// package partition): the projector subscribes and answers its own, once per probe, and
+	// probes the others; nobody else sends a probe or answers one in a member's place.
+	require.NotNil(t, projector.Permissions.Response, "projector: allow_responses (it answers liveness probes)")
+	assert.Equal(t, 1, projector.Permissions.Response.MaxMsgs, "projector: one answer per probe")
+	for _, pc := range cfg.Projections {
+		for _, group := range []string{pc.Name, pc.Name + "-g1"} {
+			live := liveSubject(group, "0198c2a4-7e1d-7b3a-9f00-3c1a2b4d5e6f")
+			assert.True(t, canSubscribe(projector, live), "projector: answer on %s", live)
+			assert.True(t, canPublish(projector, live), "projector: probe %s", live)
+			for _, u := range []*server.User{bridge, producer, client} {
+				assert.False(t, canSubscribe(u, live), "%s: subscribe %s", u.Username, live)
+				assert.False(t, canPublish(u, live), "%s: publish %s", u.Username, live)
+			}
+		}
 	}
 
 	// Replies: each trusted user on its own inbox prefix, the client on _INBOX.
@@ -236,9 +263,18 @@ func TestNATSUsers(t *testing.T) {
 	// Nobody but an operator forges what jetbus trusts: advisories, API answers, acks.
 	for _, u := range []*server.User{bridge, projector, producer, client} {
 		for _, subject := range []string{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.orders.orders-view_p0", "$JS.API.STREAM.PURGE.orders",
-			"$JS.API.CONSUMER.DURABLE.CREATE.orders.x", "$JS.API.META.LEADER.STEPDOWN", "$JS.API.ACCOUNT.PURGE.x", "_INBOX.x"} {
+			"$JS.API.CONSUMER.DURABLE.CREATE.orders.x", "$JS.API.META.LEADER.STEPDOWN", "$JS.API.ACCOUNT.PURGE.x"} {
 			assert.False(t, canPublish(u, subject), "%s: publish %s", u.Username, subject)
 		}
+	}
+	// Answers into clients' inboxes: the bridge (ingress answers them, also after it moved to
+	// another node, where allow_responses no longer knows the request); no one else.
+	assert.True(t, canPublish(bridge, "_INBOX.x"), "bridge: answer a client")
+	for _, u := range []*server.User{projector, producer, client} {
+		assert.False(t, canPublish(u, "_INBOX.x"), "%s: publish into a client's inbox", u.Username)
+	}
+	for _, subject := range []string{"_INBOX_projector.x", "_INBOX_producer.x"} {
+		assert.False(t, canPublish(bridge, subject), "bridge: publish %s (only as an answer to a request)", subject)
 	}
 
 	// The client: in.> and the verbs; nothing of jetbus's, no one else's traffic.
@@ -251,6 +287,9 @@ func TestNATSUsers(t *testing.T) {
 		assert.False(t, canSubscribe(client, subject), "client: subscribe %s", subject)
 	}
 }
+
+// liveSubject is partition.LiveSubject.
+func liveSubject(group, member string) string { return "$JETBUS.LIVE." + group + "." + member }
 
 // serverLog keeps the permission violations a server logs.
 type serverLog struct {
@@ -346,8 +385,8 @@ func (c *conn) refused(t *testing.T, what, subject string) {
 // ingress on it as the bridge user, and shows what the server does with a client user's
 // traffic: a request to in.<topic> with an inbox reply is answered, and the service verbs are;
 // a publish to a topic's partition, to the JetStream API, a KV bucket, the DLQ or someone's
-// inbox is refused with a permissions violation and stores nothing; so is a subscription to
-// ingress's subjects or another user's replies.
+// inbox, or a liveness probe, is refused with a permissions violation and stores nothing; so is
+// a subscription to ingress's subjects, another user's replies or the liveness subjects.
 func TestNATSClientIsRefusedFromTheWire(t *testing.T) {
 	s, log := startNATSNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -398,7 +437,8 @@ func TestNATSClientIsRefusedFromTheWire(t *testing.T) {
 
 	// Straight to a partition, the JetStream API, a bucket, the DLQ, an inbox: refused.
 	for _, subject := range []string{"orders.p1", "$JS.API.STREAM.DELETE.orders", "$JS.API.STREAM.INFO.orders",
-		"$KV.jetbus_schemas.v.orders.9", "dlq.orders", "_INBOX.forged", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.orders.x"} {
+		"$KV.jetbus_schemas.v.orders.9", "dlq.orders", "_INBOX.forged", "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.orders.x",
+		liveSubject("orders-view", "m1")} {
 		require.NoError(t, client.Publish(subject, []byte(`{"id":"o2"}`)))
 		require.NoError(t, client.Flush())
 		client.refused(t, "Publish", subject)
@@ -410,8 +450,9 @@ func TestNATSClientIsRefusedFromTheWire(t *testing.T) {
 	pcancel()
 	require.Error(t, err, "client: a JetStream publish to a partition")
 	client.refused(t, "Publish", "orders.p0")
-	// Stealing ingress's messages or another user's replies: refused.
-	for _, subject := range []string{"in.>", "_INBOX_bridge.>", "orders.>"} {
+	// Stealing ingress's messages, another user's replies or the members' liveness probes:
+	// refused.
+	for _, subject := range []string{"in.>", "_INBOX_bridge.>", "orders.>", "$JETBUS.LIVE.>"} {
 		_, err := client.SubscribeSync(subject)
 		require.NoError(t, err)
 		require.NoError(t, client.Flush())
@@ -443,8 +484,9 @@ func TestNATSClientIsRefusedFromTheWire(t *testing.T) {
 // doing what its process does, through jetbus's own packages, and requires that the server
 // refuses none of it: the bridge (topics, the DLQ, schema push, the sweeper moving a hung
 // handler's event, replay and discard), the projector (consumer groups dead-lettering and
-// parking, positioning a group), a producer (publishing with the schema registry's
-// validation). The e2e smoke runs the processes themselves with these users.
+// parking, positioning a group, the members of a partitioned group probing each other), a
+// producer (publishing with the schema registry's validation). The e2e smoke runs the
+// processes themselves with these users.
 func TestNATSUsersRunJetbus(t *testing.T) {
 	s, log := startNATSNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -479,7 +521,7 @@ func TestNATSUsersRunJetbus(t *testing.T) {
 	pbare, err := jbjs.Open(ctx, projector.Conn)
 	require.NoError(t, err)
 	defer pbare.Close()
-	q, err := dlq.Open(ctx, pbare.JetStream(), dlq.Config{Parking: true, Replicas: 1})
+	q, err := dlq.Open(ctx, pbare.JetStream(), dlq.Config{Parking: true, Replicas: 1, Attach: true})
 	require.NoError(t, err)
 	defer q.Close()
 	pbus, err := jbjs.Open(ctx, projector.Conn, jbjs.WithHandlerMiddleware(q.Middleware()))
@@ -563,6 +605,39 @@ func TestNATSUsersRunJetbus(t *testing.T) {
 	cur, err := pbus.Cursor(ctx, "orders", "late")
 	require.NoError(t, err)
 	assert.Equal(t, uint64(6), cur.Lag(), "after the first event: the four others and the two replays")
+
+	// Two members of a projection's group, each on a connection of its own as a replica has:
+	// both answer liveness probes (a probe of their own at start), and when one's connection
+	// is gone the other finds out from the server and removes it well before its TTL.
+	members := map[string]*conn{}
+	for _, id := range []string{"r1", "r2"} {
+		c := connectAs(t, s, userProjector)
+		b, err := jbjs.Open(ctx, c.Conn)
+		require.NoError(t, err)
+		defer b.Close()
+		sub, err := partition.Subscribe(ctx, b, b.JetStream(), partition.Config{
+			Topic: "orders", Group: "orders-view", MemberID: id, Fenced: true, Logger: embeddedtest.Logger(t),
+		}, func(context.Context, *jetbus.Delivery) error { return nil })
+		require.NoError(t, err)
+		defer func() { _ = sub.Stop() }()
+		members[id] = c
+	}
+	groupStatus := func() *partition.GroupStatus {
+		st, err := partition.Status(ctx, pbare.JetStream(), "orders", "orders-view")
+		require.NoError(t, err)
+		return st
+	}
+	require.Eventually(t, func() bool { return len(groupStatus().Members) == 2 }, 30*time.Second, 20*time.Millisecond)
+	for _, m := range groupStatus().Members {
+		assert.Equal(t, partition.LiveSubject("orders-view", m.ID), m.Live, "%s answers liveness probes", m.ID)
+	}
+	members["r1"].Close()
+	gone := time.Now()
+	// r1's key would expire on its own no sooner than its TTL after its last heartbeat, 4.5 s
+	// after the close at the earliest.
+	require.Eventually(t, func() bool { return len(groupStatus().Members) == 1 }, 3500*time.Millisecond, 20*time.Millisecond,
+		"r2 removes r1 once the server reports it gone, before its TTL")
+	t.Logf("r1 removed %s after its connection closed", time.Since(gone).Round(time.Millisecond))
 
 	// The bridge's status tool reads all of it.
 	_, err = bridge.Status(ctx)

@@ -189,8 +189,10 @@ type JetStream interface {
 	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...natsjs.PublishOpt) (*natsjs.PubAck, error)
 	Stream(ctx context.Context, name string) (natsjs.Stream, error)
 	CreateOrUpdateStream(ctx context.Context, cfg natsjs.StreamConfig) (natsjs.Stream, error)
+	CreateStream(ctx context.Context, cfg natsjs.StreamConfig) (natsjs.Stream, error)
 	CreateOrUpdateConsumer(ctx context.Context, stream string, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error)
 	CreateOrUpdateKeyValue(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error)
+	CreateKeyValue(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error)
 	KeyValue(ctx context.Context, bucket string) (natsjs.KeyValue, error)
 }
 
@@ -305,26 +307,38 @@ func (q *Queue) Ensure(ctx context.Context) error {
 
 // ensureStream creates or updates a stream of the DLQ; with Config.Attach an existing one is
 // left as it is.
+//
+// Attaching never asks for an update (CreateOrUpdate asks for one first): a NATS user that
+// may create but not update the DLQ's streams (the projector's, deploy/nats/auth.conf) can
+// attach.
 func (q *Queue) ensureStream(ctx context.Context, cfg natsjs.StreamConfig) error {
-	if q.cfg.Attach {
-		_, err := q.js.Stream(ctx, cfg.Name)
-		if !errors.Is(err, natsjs.ErrStreamNotFound) {
-			return err
-		}
+	if !q.cfg.Attach {
+		_, err := q.js.CreateOrUpdateStream(ctx, cfg)
+		return err
 	}
-	_, err := q.js.CreateOrUpdateStream(ctx, cfg)
+	_, err := q.js.Stream(ctx, cfg.Name)
+	if !errors.Is(err, natsjs.ErrStreamNotFound) {
+		return err
+	}
+	if _, err = q.js.CreateStream(ctx, cfg); errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
+		_, err = q.js.Stream(ctx, cfg.Name) // created meanwhile by another process
+	}
 	return err
 }
 
 // ensureBucket is ensureStream for a bucket.
 func (q *Queue) ensureBucket(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
-	if q.cfg.Attach {
-		kv, err := q.js.KeyValue(ctx, cfg.Bucket)
-		if !errors.Is(err, natsjs.ErrBucketNotFound) {
-			return kv, err
-		}
+	if !q.cfg.Attach {
+		return q.js.CreateOrUpdateKeyValue(ctx, cfg)
 	}
-	return q.js.CreateOrUpdateKeyValue(ctx, cfg)
+	kv, err := q.js.KeyValue(ctx, cfg.Bucket)
+	if !errors.Is(err, natsjs.ErrBucketNotFound) {
+		return kv, err
+	}
+	if kv, err = q.js.CreateKeyValue(ctx, cfg); errors.Is(err, natsjs.ErrBucketExists) {
+		kv, err = q.js.KeyValue(ctx, cfg.Bucket) // created meanwhile by another process
+	}
+	return kv, err
 }
 
 // MaxRejectBody is Config.Rejects.MaxBody: the body kept of a message ingress refused (0:

@@ -71,7 +71,8 @@ func TestFloodOfRefusals(t *testing.T) {
 	require.True(t, embeddedtest.Poll(floodDuration+60*time.Second, 20*time.Millisecond, func() bool {
 		require.NoError(t, g.Ready(ctx), "ingress stays ready")
 		return e.count("orders") == uint64(floodValid) && time.Since(start) >= floodDuration
-	}), "every valid event is stored: %d of %d", e.count("orders"), floodValid)
+	}), "every valid event is stored: %d of %d (%d dropped by NATS as a slow consumer, %d refusals dropped, %d refused messages sent)",
+		e.count("orders"), floodValid, g.Stats().Dropped, g.Stats().RefusalsDropped, flooded.Load())
 	close(stop)
 	<-floodDone
 

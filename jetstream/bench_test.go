@@ -66,6 +66,12 @@ const abRounds = 10
 // reports the rates and the ratio. lowerIsBetter selects a latency ratio (bus/raw time)
 // instead of a throughput ratio (bus/raw rate).
 func ab(b *testing.B, raw, bus func(n int) time.Duration, lowerIsBetter bool) {
+	abNamed(b, "raw", "bus", raw, bus, lowerIsBetter)
+}
+
+// abNamed is ab with the two sides named rawName and busName in the reported metrics
+// (<name>-ops/s, <name>-us/op); the ratio is still the second side's to the first's.
+func abNamed(b *testing.B, rawName, busName string, raw, bus func(n int) time.Duration, lowerIsBetter bool) {
 	n := max(b.N/abRounds, 1)
 	var rawT, busT time.Duration
 	for i := range abRounds {
@@ -80,12 +86,12 @@ func ab(b *testing.B, raw, bus func(n int) time.Duration, lowerIsBetter bool) {
 		}
 	}
 	ops := float64(n * abRounds)
-	b.ReportMetric(ops/rawT.Seconds(), "raw-ops/s")
-	b.ReportMetric(ops/busT.Seconds(), "bus-ops/s")
+	b.ReportMetric(ops/rawT.Seconds(), rawName+"-ops/s")
+	b.ReportMetric(ops/busT.Seconds(), busName+"-ops/s")
 	if lowerIsBetter {
 		b.ReportMetric(float64(busT)/float64(rawT), "latency-ratio")
-		b.ReportMetric(float64(rawT.Microseconds())/ops, "raw-us/op")
-		b.ReportMetric(float64(busT.Microseconds())/ops, "bus-us/op")
+		b.ReportMetric(float64(rawT.Microseconds())/ops, rawName+"-us/op")
+		b.ReportMetric(float64(busT.Microseconds())/ops, busName+"-us/op")
 	} else {
 		b.ReportMetric(float64(rawT)/float64(busT), "throughput-ratio")
 	}

@@ -8,9 +8,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/retry"
+	"github.com/jetbus/jetbus/internal/spans"
 )
 
 // Bus is the jetbus Bus on JetStream. Create it with Open; it is safe for concurrent use.
@@ -19,6 +21,12 @@ type Bus struct {
 	js      natsjs.JetStream
 	opts    options
 	metrics *metrics
+
+	// tracer is nil when the Bus does not trace (spans.Tracer); keepBaggage is nil when no
+	// baggage key is allowed (WithBaggageKeys).
+	tracer      trace.Tracer
+	keepBaggage func(string) bool
+	pubSpans    sync.Map // topic → *publishSpan
 
 	publishSync  jetbus.PublishFunc
 	publishAsync jetbus.PublishFunc
@@ -49,6 +57,9 @@ var (
 //   - WithTopicCacheTTL: how long partition counts are cached (default 10s).
 //   - WithPinnedTTL: how long a silent client keeps a partition pinned (default 10s).
 //   - WithAsyncMaxPending: bound on outstanding async publishes (default 4000).
+//   - WithTracerProvider: OpenTelemetry tracing (default: the global provider, a no-op
+//     unless one was set).
+//   - WithBaggageKeys: the W3C baggage keys events may carry (default none).
 //
 // Open waits for JetStream through a leader election or a node restart, asking again until
 // ctx ends; ctx bounds the wait, and its end is said in the error.
@@ -91,6 +102,9 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 		metrics: m,
 		subs:    make(map[*subscription]struct{}),
 		pending: make(map[pendingKey]*pendingDelivery),
+
+		tracer:      spans.Tracer(o.tracer, scope),
+		keepBaggage: baggageFilter(o.baggageKeys),
 	}
 	b.topics.init(js, o.topicCacheTTL)
 	b.publishSync = jetbus.ChainPublish(b.writeSync, o.publishMW...)

@@ -19,6 +19,9 @@ import (
 // this runs for every publish.
 func encode(e *jetbus.Event, subject string) *nats.Msg {
 	n := 6 + len(e.Headers)
+	if e.TraceParent != "" {
+		n += 3
+	}
 	h := make(nats.Header, n)
 	vals := make([]string, 0, n)
 	set := func(k, v string) {
@@ -39,6 +42,15 @@ func encode(e *jetbus.Event, subject string) *nats.Msg {
 	}
 	if len(e.Tags) > 0 {
 		set(jetbus.HeaderTags, strings.Join(e.Tags, ","))
+	}
+	if e.TraceParent != "" {
+		set(jetbus.HeaderTraceParent, e.TraceParent)
+		if e.TraceState != "" {
+			set(jetbus.HeaderTraceState, e.TraceState)
+		}
+	}
+	if e.Baggage != "" {
+		set(jetbus.HeaderBaggage, e.Baggage)
 	}
 	for k, v := range e.Headers {
 		set(k, v)
@@ -61,7 +73,7 @@ func headerSize(h nats.Header) int {
 // decodeDelivery is decode for a delivered message (the consume path allocates the Event
 // together with its Delivery). topic and partition are the consumer's: the subject need not
 // be parsed.
-func decodeDelivery(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata, topic string, partition int) (jetbus.RawMessage, error) {
+func decodeDelivery(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata, topic string, partition int, keepBaggage func(string) bool) (jetbus.RawMessage, traceDrops, error) {
 	raw := jetbus.RawMessage{
 		Subject: m.Subject(),
 		Stream:  meta.Stream,
@@ -70,7 +82,8 @@ func decodeDelivery(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata, top
 		Data:    m.Data(),
 		Time:    meta.Timestamp,
 	}
-	return raw, decode(e, &raw, topic, partition)
+	drops, err := decode(e, &raw, topic, partition, keepBaggage)
+	return raw, drops, err
 }
 
 // decode fills e with the event a stored message carries. A message published by a foreign
@@ -79,9 +92,14 @@ func decodeDelivery(e *jetbus.Event, m natsjs.Msg, meta *natsjs.MsgMetadata, top
 // error wraps jetbus.ErrDecode when the body is not valid JSON; the event is complete
 // nonetheless.
 //
+// The trace context headers are kept only when valid (a malformed one is dropped and
+// reported in the returned traceDrops, never an error) and the baggage only for the keys
+// keepBaggage accepts (nil: none).
+//
 // This runs for every delivery: headers are looked up by name (the mapped ones), and the
-// header map is walked only when it holds more than those, for custom "x-" headers.
-func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int) error {
+// header map is walked only when it holds more than those and the trace context, for custom
+// "x-" headers.
+func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int, keepBaggage func(string) bool) (traceDrops, error) {
 	h, data := nats.Header(raw.Header), raw.Data
 	*e = jetbus.Event{
 		Topic:     topic,
@@ -122,6 +140,22 @@ func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int
 	if _, ok := h[pinHeader]; ok {
 		known++
 	}
+	var drops traceDrops
+	if len(h) > known {
+		if v := h[jetbus.HeaderTraceParent]; len(v) > 0 {
+			e.TraceParent = v[0]
+			known++
+		}
+		if v := h[jetbus.HeaderTraceState]; len(v) > 0 {
+			e.TraceState = v[0]
+			known++
+		}
+		if v := h[jetbus.HeaderBaggage]; len(v) > 0 {
+			e.Baggage = v[0]
+			known++
+		}
+		drops = sanitizeTrace(e, keepBaggage)
+	}
 	if len(h) > known {
 		for k, vs := range h {
 			if len(vs) == 0 || !strings.HasPrefix(k, "x-") || jetbus.IsMappedHeader(k) {
@@ -147,9 +181,9 @@ func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int
 		e.TS = raw.Time
 	}
 	if !validJSON(data) {
-		return fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, raw.Stream, raw.Seq)
+		return drops, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, raw.Stream, raw.Seq)
 	}
-	return nil
+	return drops, nil
 }
 
 func splitList(v string) []string {

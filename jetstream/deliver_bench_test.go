@@ -9,9 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/jsonenc"
+	"github.com/jetbus/jetbus/internal/spans"
 )
 
 // fakeMsg is a delivered message without a server: settling it records the call.
@@ -40,7 +42,7 @@ func (m *fakeMsg) TermWithReason(string) error            { return nil }
 // deliveryFixture is one partition consumer of a one-partition topic with a do-nothing
 // handler, and a message as the Bus publishes it.
 func deliveryFixture() (*partConsumer, *fakeMsg) {
-	s := &subscription{group: "g", stopCh: make(chan struct{}), ctx: context.Background()}
+	s := &subscription{bus: &Bus{}, group: "g", stopCh: make(chan struct{}), ctx: context.Background()}
 	s.opts, _ = jetbus.ApplySubscribeOptions()
 	s.handler = jetbus.ChainHandler(func(ctx context.Context, d *jetbus.Delivery) error {
 		if d.DecodeErr != nil {
@@ -66,6 +68,28 @@ func BenchmarkDeliveryPath(b *testing.B) {
 		pc.handle(m, meta)
 	}
 }
+
+// BenchmarkDeliveryPathTraced is BenchmarkDeliveryPath with tracing on: the event carries a
+// sampled traceparent and the Bus an SDK provider sampling everything, its batch span
+// processor exporting to nowhere. The difference is a consumer span's cost.
+func BenchmarkDeliveryPathTraced(b *testing.B) {
+	pc, m := deliveryFixture()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	pc.sub.bus.tracer = spans.Tracer(tp, scope)
+	pc.span = newProcessSpan(pc.topic, pc.sub.group, pc.partition)
+	m.header.Set(jetbus.HeaderTraceParent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	b.ReportAllocs()
+	for b.Loop() {
+		meta, _ := m.Metadata()
+		pc.handle(m, meta)
+	}
+}
+
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
 
 // TestDeliveryAllocations guards the delivery path's allocations (see "Cost per delivery" in
 // the package doc): one allocation per delivery, the Delivery and its Event together, for an

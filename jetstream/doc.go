@@ -59,6 +59,45 @@
 //     handed over before the lost deliveries (the server alone would send them again only
 //     after their ack timeout, behind later events).
 //
+// # Tracing
+//
+// Every event carries its W3C trace context in the traceparent and tracestate headers
+// (docs/wire.md, "Trace context"), exposed as Event.TraceParent and TraceState; a malformed
+// one is dropped and counted (events_trace_headers_dropped_total{topic,header}), at publish
+// and at delivery, never an error. W3C baggage travels only for the keys WithBaggageKeys
+// allows.
+//
+// With WithTracerProvider (or a global provider set before Open) the Bus traces with
+// OpenTelemetry, following its messaging semantic conventions (messaging.system "nats"):
+//
+//   - "publish <topic>", a producer span per Publish and PublishAsync: the child of ctx's
+//     span, or else of jetbus.WithTraceContext's traceparent, or a root. It covers the
+//     publish middlewares and the wait for the server (for PublishAsync, until the Wait
+//     that learns the result); the event carries this span's context. Attributes:
+//     messaging.operation.name publish, messaging.operation.type send,
+//     messaging.destination.name (the topic), messaging.message.id (the event ID),
+//     messaging.destination.partition.id.
+//   - "process <topic>", a consumer span per delivery: the child of the event's trace
+//     context (a producer span, or what a foreign client sent), covering the handler chain
+//     and the settlement. The handler's ctx carries it, and the event's baggage. Attributes:
+//     messaging.operation.name and .type process, messaging.destination.name,
+//     messaging.consumer.group.name, messaging.destination.partition.id,
+//     messaging.message.id, jetbus.attempt (the delivery's attempt, from 1); and, unless the
+//     delivery was acknowledged at its first attempt, jetbus.outcome (ack, retry,
+//     terminate, last-attempt, manual) with the last attempt. A handler error is recorded
+//     with the error status. Each redelivery is a span of its own with its attempt, a
+//     sibling of the first; with KeyConcurrency a retry in place is a "retry" event of the
+//     one span.
+//
+// The SDK spends about 200 ns per attribute of a span (BENCHMARKS.md, "Tracing"), so a span
+// gets no more than these: it starts with those the conventions name for sampling decisions
+// (system, operation, destination), gets the others in one call only when it is sampled, and
+// an acknowledged delivery's span is not touched after that.
+//
+// Without a tracer that records (the default) the Bus starts no span and adds nothing to a
+// handler's ctx; Publish still writes ctx's span context when ctx holds one, and otherwise
+// WithTraceContext's, so a trace continues through a service that does not trace itself.
+//
 // # One delivery's path
 //
 // Each partition of a subscription has one partConsumer and one goroutine; a delivery goes
@@ -106,7 +145,7 @@
 //
 // What the Bus itself does per delivery, without the server (BenchmarkDeliveryPath,
 // `go test -bench DeliveryPath -benchmem ./jetstream/`, on the 2-vCPU machine of
-// BENCHMARKS.md): about 460 ns and one allocation of 352 bytes (the Delivery and its Event
+// BENCHMARKS.md): about 460 ns and one allocation of 384 bytes (the Delivery and its Event
 // together) for an event without custom headers, tags or caused-by: reading the mapped
 // headers by name, checking the body is JSON (gjson's validator, three times faster than
 // encoding/json's and fuzzed against it), the handler chain, two clock reads for the pull

@@ -111,7 +111,7 @@ func (b *Bus) Fold(ctx context.Context, topic, key string, until time.Time, fn f
 		raw := jetbus.RawMessage{Subject: m.Subject(), Stream: meta.Stream, Seq: meta.Sequence.Stream,
 			Header: m.Headers(), Data: m.Data(), Time: meta.Timestamp}
 		e := &jetbus.Event{}
-		_ = decode(e, &raw, topic, p) // a body that is not JSON is folded as it is
+		_, _ = decode(e, &raw, topic, p, b.keepBaggage) // a body that is not JSON is folded as it is
 		if e.Key != key {
 			return true // another key of the same partition (plain topics)
 		}
@@ -164,7 +164,7 @@ func (b *Bus) lastMsgs(ctx context.Context, topic string, subjects []string, upT
 		_, p, _, _ := jetbus.ParseSubject(m.Subject)
 		raw := jetbus.RawMessage{Subject: m.Subject, Stream: stream, Seq: m.Sequence, Header: m.Header, Data: m.Data, Time: m.Time}
 		e := &jetbus.Event{}
-		_ = decode(e, &raw, topic, p)
+		_, _ = decode(e, &raw, topic, p, b.keepBaggage)
 		fn(e)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/promreg"
 )
 
@@ -18,6 +19,7 @@ type metrics struct {
 	inflight       *prometheus.GaugeVec
 	handlerMs      *prometheus.HistogramVec
 	pollMs         *prometheus.HistogramVec
+	traceDropped   *prometheus.CounterVec
 }
 
 var msBuckets = []float64{0.1, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000}
@@ -35,12 +37,15 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		inflight:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "events_inflight", Help: "Deliveries being handled or awaiting a manual ack."}, tg),
 		handlerMs:      prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "delivery_handler_duration_ms", Help: "Handler run time in milliseconds.", Buckets: msBuckets}, tg),
 		pollMs:         prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "subscribe_poll_duration_ms", Help: "Time waiting for the next delivery in milliseconds.", Buckets: msBuckets}, tg),
+		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_trace_headers_dropped_total",
+			Help: "Malformed trace context headers dropped (traceparent with its tracestate, tracestate, baggage), by topic and header, at publish and at delivery."},
+			[]string{"topic", "header"}),
 	}
 	// Several Buses in one process share the families.
 	if err := errors.Join(
 		promreg.Register(r, &m.publishedTotal), promreg.Register(r, &m.deliveredTotal), promreg.Register(r, &m.ackedTotal),
 		promreg.Register(r, &m.nackedTotal), promreg.Register(r, &m.inflight), promreg.Register(r, &m.handlerMs),
-		promreg.Register(r, &m.pollMs),
+		promreg.Register(r, &m.pollMs), promreg.Register(r, &m.traceDropped),
 	); err != nil {
 		return nil, err
 	}
@@ -57,6 +62,21 @@ type groupMetrics struct {
 func (m *metrics) published(topic string) {
 	if m != nil {
 		m.publishedTotal.WithLabelValues(topic).Inc()
+	}
+}
+
+// dropped counts the trace context headers of drops dropped from an event of topic.
+func (m *metrics) dropped(topic string, drops traceDrops) {
+	if m == nil || drops == 0 {
+		return
+	}
+	for _, h := range []struct {
+		bit  traceDrops
+		name string
+	}{{dropTraceParent, jetbus.HeaderTraceParent}, {dropTraceState, jetbus.HeaderTraceState}, {dropBaggage, jetbus.HeaderBaggage}} {
+		if drops&h.bit != 0 {
+			m.traceDropped.WithLabelValues(topic, h.name).Inc()
+		}
 	}
 }
 

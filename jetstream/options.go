@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
 )
@@ -21,6 +22,8 @@ type options struct {
 	topicCacheTTL time.Duration
 	pinnedTTL     time.Duration
 	asyncPending  int
+	tracer        trace.TracerProvider
+	baggageKeys   []string
 }
 
 func defaultOptions() options {
@@ -45,8 +48,8 @@ func WithLogger(l *slog.Logger) Option {
 // WithRegisterer registers the Bus's metrics on r (default: no metrics). Metric names follow
 // docs/operations.md, "Metrics": events_published_total{topic}, events_delivered_total{topic,group},
 // events_acked_total{topic,group}, events_nacked_total{topic,group},
-// events_inflight{topic,group}, delivery_handler_duration_ms{topic,group} and
-// subscribe_poll_duration_ms{topic,group}.
+// events_inflight{topic,group}, delivery_handler_duration_ms{topic,group},
+// subscribe_poll_duration_ms{topic,group} and events_trace_headers_dropped_total{topic,header}.
 func WithRegisterer(r prometheus.Registerer) Option {
 	return func(o *options) error { o.registerer = r; return nil }
 }
@@ -93,6 +96,32 @@ func WithAsyncMaxPending(n int) Option {
 			return fmt.Errorf("%w: async max pending must be positive", jetbus.ErrInvalidOption)
 		}
 		o.asyncPending = n
+		return nil
+	}
+}
+
+// WithTracerProvider traces the Bus with tp (OpenTelemetry): a producer span per publish and
+// a consumer span per delivery, each continuing the trace it belongs to (see "Tracing" in
+// the package doc). Without it the Bus uses the global provider (otel.GetTracerProvider) as
+// it is when Open runs: one set with otel.SetTracerProvider before Open traces, the default
+// no-op does not. A provider that records nothing (a no-op) costs the Bus nothing.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) error { o.tracer = tp; return nil }
+}
+
+// WithBaggageKeys lets events carry the W3C baggage members of these keys: Publish takes
+// them from ctx's baggage (or jetbus.WithBaggage) and writes the baggage header, a delivery
+// exposes them in Event.Baggage (and, when the Bus traces, in the handler's ctx). Members of
+// other keys are dropped: baggage crosses every consumer of a topic, so it is opt-in, key by
+// key. Default: none, no baggage header is written or read. A key is an RFC 7230 token.
+func WithBaggageKeys(keys ...string) Option {
+	return func(o *options) error {
+		for _, k := range keys {
+			if err := jetbus.ValidateBaggageKey(k); err != nil {
+				return err
+			}
+		}
+		o.baggageKeys = append(o.baggageKeys, keys...)
 		return nil
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/jsonenc"
@@ -17,18 +18,25 @@ import (
 
 // Publish implements jetbus.Bus. It returns when the server has stored the event (or found
 // it to be a duplicate of an event with the same ID: then Seq is the stored event's).
+//
+// The event continues the trace of ctx's span (or of jetbus.WithTraceContext): see "Tracing"
+// in the package doc.
 func (b *Bus) Publish(ctx context.Context, topic string, payload any, opts ...jetbus.PublishOption) (*jetbus.Event, error) {
 	e, err := b.newEvent(topic, payload, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.publishSync(ctx, e); err != nil {
+	ctx, span, partition := b.startPublish(ctx, e)
+	err = b.publishSync(ctx, e)
+	endPublish(span, e, partition, err)
+	if err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-// newEvent validates and assembles the event of a publish.
+// newEvent validates and assembles the event of a publish; the trace context of its options
+// is sanitized (and what was malformed counted), not refused.
 func (b *Bus) newEvent(topic string, payload any, opts []jetbus.PublishOption) (*jetbus.Event, error) {
 	if b.isClosed() {
 		return nil, jetbus.ErrClosed
@@ -54,6 +62,10 @@ func (b *Bus) newEvent(topic string, payload any, opts []jetbus.PublishOption) (
 		Payload:  body,
 		CausedBy: o.CausedBy,
 		Tags:     o.Tags,
+	}
+	if o.TraceParent != "" || o.TraceState != "" || o.Baggage != "" {
+		e.TraceParent, e.TraceState, e.Baggage = o.TraceParent, o.TraceState, o.Baggage
+		b.metrics.dropped(topic, sanitizeTrace(e, b.keepBaggage))
 	}
 	now := time.Now()
 	if e.ID == "" {
@@ -92,6 +104,9 @@ func marshalPayload(payload any) (json.RawMessage, error) {
 func (b *Bus) prepare(ctx context.Context, e *jetbus.Event) (*nats.Msg, error) {
 	if err := checkWire(e); err != nil {
 		return nil, err
+	}
+	if e.TraceParent != "" || e.TraceState != "" || e.Baggage != "" {
+		b.metrics.dropped(e.Topic, sanitizeTrace(e, b.keepBaggage)) // a middleware may have set them
 	}
 	t, err := b.topics.get(ctx, e.Topic) // validates names it has not seen (a middleware may change the topic)
 	if err != nil {
@@ -145,6 +160,8 @@ type publishFuture struct {
 	event     *jetbus.Event
 	futs      []natsjs.PubAckFuture
 	duplicate bool
+	span      trace.Span // the producer span, ended by the Wait that learns the result
+	partition int        // its partition attribute
 }
 
 // Duplicate implements jetbus.PublishFuture.
@@ -154,6 +171,8 @@ func (f *publishFuture) Duplicate() bool { return f.duplicate }
 func (f *publishFuture) Event() *jetbus.Event { return f.event }
 
 // Wait implements jetbus.PublishFuture.
+// The producer span ends when Wait learns the result: a future nobody waits for leaves its
+// span unfinished, and unexported.
 func (f *publishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
 	for i, fut := range f.futs {
 		select {
@@ -163,12 +182,20 @@ func (f *publishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
 				f.duplicate = ack.Duplicate
 			}
 		case err := <-fut.Err():
-			return nil, f.bus.publishError(f.event.Topic, err)
+			err = f.bus.publishError(f.event.Topic, err)
+			f.end(err)
+			return nil, err
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
+	f.end(nil)
 	return f.event, nil
+}
+
+func (f *publishFuture) end(err error) {
+	endPublish(f.span, f.event, f.partition, err)
+	f.span = nil
 }
 
 type asyncCollector struct{ futs []natsjs.PubAckFuture }
@@ -211,19 +238,22 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts 
 	if err != nil {
 		return nil, err
 	}
+	ctx, span, partition := b.startPublish(ctx, e)
 	if len(b.opts.publishMW) == 0 {
 		// No middleware can publish more than this one message: skip the collector.
 		fut, err := b.writeAsyncOne(ctx, e)
 		if err != nil {
+			endPublish(span, e, partition, err)
 			return nil, err
 		}
-		return &publishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}}, nil
+		return &publishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}, span: span, partition: partition}, nil
 	}
 	c := &asyncCollector{}
 	if err := b.publishAsync(context.WithValue(ctx, asyncKey{}, c), e); err != nil {
+		endPublish(span, e, partition, err)
 		return nil, err
 	}
-	return &publishFuture{bus: b, event: e, futs: c.futs}, nil
+	return &publishFuture{bus: b, event: e, futs: c.futs, span: span, partition: partition}, nil
 }
 
 // PublishAsyncComplete is closed when every outstanding async publish is settled.

@@ -38,6 +38,8 @@ type partConsumer struct {
 	name      string
 	gm        *groupMetrics
 	log       *slog.Logger
+	// span starts the deliveries' spans: nil when the Bus does not trace.
+	span *processSpan
 	// cons is the consumer handle pulls are made through. It is kept across pulls, because
 	// it carries the pin the server gave this client: a new handle would have to wait for
 	// the pin to time out. It is looked up again only after a failure.

@@ -1,12 +1,16 @@
 package jetstream
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/spans"
 )
 
 // Handling one delivery: decode it, run the handler chain, and settle the message with the
@@ -20,7 +24,10 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 		e jetbus.Event
 	})
 	e := &both.e
-	raw, decodeErr := decodeDelivery(e, msg, meta, pc.topic, pc.partition)
+	raw, drops, decodeErr := decodeDelivery(e, msg, meta, pc.topic, pc.partition, s.bus.keepBaggage)
+	if drops != 0 {
+		s.bus.metrics.dropped(pc.topic, drops)
+	}
 	if decodeErr == nil && s.opts.Filter != nil && !s.opts.Filter(e) {
 		_ = msg.Ack()
 		return
@@ -42,15 +49,22 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	if pc.gm != nil {
 		pc.gm.deliver()
 	}
+	ctx, span, first := s.ctx, trace.Span(nil), d.Attempt
+	if pc.span != nil {
+		ctx, span = pc.span.start(ctx, s.bus.tracer, d)
+	}
 	t0 := time.Now()
-	err := pc.call(d)
+	err := pc.call(ctx, d)
 	for err != nil && s.opts.KeyConcurrency > 1 && !jetbus.IsPermanent(err) && d.Attempt < s.opts.MaxAttempts {
 		// Retry in place so the key's next event waits for this one.
+		if span != nil {
+			span.AddEvent("retry", trace.WithAttributes(spans.AttrAttempt.Int(d.Attempt), attribute.String("error", err.Error())))
+		}
 		if !pc.holdFor(msg, s.opts.Backoff(d.Attempt)) {
 			break // stopping: the server gets it back
 		}
 		d.Attempt++
-		err = pc.call(d)
+		err = pc.call(ctx, d)
 	}
 	took := time.Since(t0)
 	pc.win.observe(took)
@@ -59,13 +73,16 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	}
 	if s.opts.ManualAck {
 		if err == nil {
+			endProcess(span, d, first, nil, outcomeManual)
 			return // settled by Bus.Ack or Bus.Nack
 		}
 		if !s.bus.takePending(key, msg) {
+			endProcess(span, d, first, err, outcomeManual)
 			return // already settled by the handler itself
 		}
 	}
-	pc.settle(msg, d.Attempt, e, err)
+	outcome := pc.settle(msg, d.Attempt, e, err)
+	endProcess(span, d, first, err, outcome)
 	if s.opts.KeyConcurrency <= 1 {
 		pc.handledUpTo.Store(e.Seq)
 	}
@@ -95,41 +112,47 @@ func (pc *partConsumer) holdFor(msg natsjs.Msg, d time.Duration) bool {
 	}
 }
 
-// call runs the handler chain, turning a panic into an error.
-func (pc *partConsumer) call(d *jetbus.Delivery) (err error) {
+// call runs the handler chain with ctx (the subscription's, carrying the delivery's span
+// when the Bus traces), turning a panic into an error.
+func (pc *partConsumer) call(ctx context.Context, d *jetbus.Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("jetbus: handler panic: %v", r)
 		}
 	}()
-	return pc.sub.handler(pc.sub.ctx, d)
+	return pc.sub.handler(ctx, d)
 }
 
-// settle acknowledges, retries or terminates a message after its handler returned err.
-func (pc *partConsumer) settle(msg natsjs.Msg, attempt int, e *jetbus.Event, err error) {
+// settle acknowledges, retries or terminates a message after its handler returned err, and
+// says which it did.
+func (pc *partConsumer) settle(msg natsjs.Msg, attempt int, e *jetbus.Event, err error) (outcome string) {
 	s := pc.sub
 	var serr error
 	switch {
 	case err == nil:
 		serr = msg.Ack()
 		pc.gm.settle(true)
-		return
+		return outcomeAck
 	case jetbus.IsPermanent(err):
 		pc.log.Warn("event failed permanently, terminated", "id", e.ID, "seq", e.Seq, "attempt", attempt, "err", err)
 		serr = msg.TermWithReason(truncate(err.Error(), 256))
+		outcome = outcomeTerminate
 	case attempt < s.opts.MaxAttempts:
 		pc.log.Info("event failed, will retry", "id", e.ID, "seq", e.Seq, "attempt", attempt, "err", err)
 		pc.naked.Store(true)
 		serr = msg.NakWithDelay(s.opts.Backoff(attempt))
+		outcome = outcomeRetry
 	default:
 		pc.log.Error("event failed on its last attempt", "id", e.ID, "seq", e.Seq, "attempt", attempt, "err", err)
 		pc.naked.Store(true)
 		serr = msg.Nak()
+		outcome = outcomeLastAttempt
 	}
 	pc.gm.settle(false)
 	if serr != nil {
 		pc.log.Warn("settle failed; the server will redeliver after the ack timeout", "id", e.ID, "err", serr)
 	}
+	return outcome
 }
 
 func truncate(s string, n int) string {

@@ -94,7 +94,7 @@ func (b *Bus) subscribe(ctx context.Context, topic, group string, only int, h je
 			if err != nil {
 				return nil, err
 			}
-			s.parts = append(s.parts, &partConsumer{
+			pc := &partConsumer{
 				cons:      cons,
 				sub:       s,
 				topic:     t,
@@ -104,7 +104,11 @@ func (b *Bus) subscribe(ctx context.Context, topic, group string, only int, h je
 				gm:        b.metrics.group(t, group),
 				log:       b.opts.logger.With("topic", t, "group", group, "partition", p),
 				win:       newWindow(o.BatchSize, o.MaxInFlight, o.KeyConcurrency, o.AckTimeout),
-			})
+			}
+			if b.tracer != nil {
+				pc.span = newProcessSpan(t, group, p)
+			}
+			s.parts = append(s.parts, pc)
 		}
 	}
 	b.mu.Lock()

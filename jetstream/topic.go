@@ -279,6 +279,18 @@ func (c *topicCache) put(topic string, l layout) *topicEntry {
 	return e
 }
 
+// peek returns topic's partition count as cached, expired or not, or 0: for a span's
+// attribute, before the publish looks the topic up properly.
+func (c *topicCache) peek(topic string) int {
+	c.mu.RLock()
+	e := c.m[topic]
+	c.mu.RUnlock()
+	if e == nil {
+		return 0
+	}
+	return e.partitions
+}
+
 func (c *topicCache) forget(topic string) {
 	c.mu.Lock()
 	delete(c.m, topic)

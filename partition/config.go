@@ -47,10 +47,11 @@ type Config struct {
 	// Fenced says the handler's effects are fenced or idempotent, so a partition may be
 	// handled by its new owner while an owner that lost it is still finishing an event (a
 	// transactional projection's conditional checkpoint, a changelog projection's version
-	// guard). A crashed owner's partitions then resume once its leases expired (TTL) instead
-	// of after its deliveries timed out (AckTimeout); the Bus's take-over still returns those
-	// deliveries first, in order. Default false: no partition is ever handled by two members
-	// at once.
+	// guard). A crashed owner's partitions then resume once the server confirmed its
+	// connection gone (about 2 s after its last heartbeat: see the package doc, "Liveness") or
+	// its leases expired (TTL), instead of after its deliveries timed out (AckTimeout); the
+	// Bus's take-over still returns those deliveries first, in order. Default false: no
+	// partition is ever handled by two members at once.
 	Fenced bool
 	// Logger receives rebalancing and lease events; nil discards them.
 	Logger *slog.Logger
@@ -58,23 +59,43 @@ type Config struct {
 
 // Timeouts are the durations derived from a Config's TTL.
 //
-//	Heartbeat    = TTL/3   a member rewrites its key this often
-//	LeaseTTL     = TTL     a lease not renewed for this long expires on the server
-//	Renew        = TTL/3   an owner renews each lease this often
-//	Guard        = 4·TTL/5 an owner that has not renewed a lease for this long (counted from
-//	                       when its last successful renewal was sent) stops the partition
-//	                       itself, before the server can expire the lease and let the next
-//	                       owner in
+//	Heartbeat    = min(TTL/3, 500ms)  a member rewrites its key this often
+//	LeaseTTL     = TTL                a lease not renewed for this long expires on the server
+//	Renew        = TTL/3              an owner renews each lease this often
+//	Guard        = 4·TTL/5            an owner that has not renewed a lease for this long
+//	                                  (counted from when its last successful renewal was
+//	                                  sent) stops the partition itself, before the server
+//	                                  can expire the lease and let the next owner in
+//	Suspect      = 5·Heartbeat/4      a member whose key was not rewritten for this long is
+//	                                  probed: is its connection still on the server?
+//	Confirm      = ConfirmWindow      the server must report no subscription for it twice,
+//	                                  this far apart, before it is taken for dead
+//	Probe        = 500ms              how long a probe waits for its answer
 //
 // A member silent for TTL drops out of the member list (every watcher sees it expire); a
-// member that stops gracefully leaves at once. Two missed heartbeats or renewals are
-// tolerated.
+// member that stops gracefully leaves at once; a member whose connection the server confirms
+// gone is removed by the others after Suspect + Confirm (see the package doc, "Liveness").
+// Several missed heartbeats and two missed renewals are tolerated.
 type Timeouts struct {
 	Heartbeat time.Duration
 	LeaseTTL  time.Duration
 	Renew     time.Duration
 	Guard     time.Duration
+	Suspect   time.Duration
+	Confirm   time.Duration
+	Probe     time.Duration
 }
+
+// ConfirmWindow is how far apart the two probes that take a member for dead must be, each
+// answered by the server with "no responders": longer than a client's reconnect (nats.go
+// tries the next server of a cluster at once; jetbus's processes wait 1 s, plus up to 100 ms
+// of jitter, before trying a single server again), so that a member reconnecting is not taken
+// for dead.
+const ConfirmWindow = 1250 * time.Millisecond
+
+// maxHeartbeat bounds the heartbeat interval: a crashed member is suspected this soon after its
+// last heartbeat, whatever the TTL.
+const maxHeartbeat = 500 * time.Millisecond
 
 // Timeouts returns the durations derived from c.TTL (DefaultTTL when zero).
 func (c Config) Timeouts() Timeouts {
@@ -82,11 +103,15 @@ func (c Config) Timeouts() Timeouts {
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
+	hb := min(ttl/3, maxHeartbeat)
 	return Timeouts{
-		Heartbeat: ttl / 3,
+		Heartbeat: hb,
 		LeaseTTL:  ttl,
 		Renew:     ttl / 3,
 		Guard:     ttl * 4 / 5,
+		Suspect:   hb * 5 / 4,
+		Confirm:   ConfirmWindow,
+		Probe:     500 * time.Millisecond,
 	}
 }
 

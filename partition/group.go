@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -45,6 +46,8 @@ type Group struct {
 	assign  natsjs.KeyValue // assignments; no expiry
 	stream  natsjs.Stream   // the group bucket's stream, for raw reads of lease markers
 	timeout Timeouts
+
+	live atomic.Pointer[string] // this member's liveness subject, once it answers there
 }
 
 // OpenGroup creates (or opens) the buckets of cfg's group and returns a handle on them. The

@@ -25,7 +25,9 @@ const (
 	LeaseHeld
 	// LeaseReleased: the last owner released it after stopping its subscription.
 	LeaseReleased
-	// LeaseExpired: the last owner stopped renewing and the lease expired.
+	// LeaseExpired: the last owner stopped renewing and the lease expired, or a member
+	// waiting for it removed it (a purge on its revision) after the server confirmed that
+	// the holder's connection was gone (see the package doc, "Liveness").
 	LeaseExpired
 )
 
@@ -45,11 +47,14 @@ func (s LeaseState) String() string {
 
 // LeaseInfo is the content of a lease key.
 type LeaseInfo struct {
-	Partition int        `json:"partition"`
-	Owner     string     `json:"owner"`
-	Acquired  time.Time  `json:"acquired"`
-	Renewed   time.Time  `json:"renewed"`
-	State     LeaseState `json:"-"`
+	Partition int       `json:"partition"`
+	Owner     string    `json:"owner"`
+	Acquired  time.Time `json:"acquired"`
+	Renewed   time.Time `json:"renewed"`
+	// Live is the holder's liveness subject (MemberInfo.Live) when it has one: a member
+	// waiting for the lease may probe it there.
+	Live  string     `json:"live,omitempty"`
+	State LeaseState `json:"-"`
 	// Revision is the KV revision of the lease key's last write.
 	Revision uint64 `json:"-"`
 }
@@ -113,7 +118,7 @@ func (g *Group) TryAcquire(ctx context.Context, p int) (*Lease, error) {
 		return nil, fmt.Errorf("%w: partition %d by %s", ErrLeaseHeld, p, cur.Owner)
 	}
 	now := time.Now().UTC()
-	l := &Lease{g: g, p: p, info: LeaseInfo{Partition: p, Owner: g.cfg.MemberID, Acquired: now, Renewed: now}, Previous: cur.State}
+	l := &Lease{g: g, p: p, info: LeaseInfo{Partition: p, Owner: g.cfg.MemberID, Acquired: now, Renewed: now, Live: g.liveSubject()}, Previous: cur.State}
 	if cur.State == LeaseHeld {
 		l.Previous = LeaseFree
 	}

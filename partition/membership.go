@@ -23,6 +23,11 @@ type MemberInfo struct {
 	PID     int       `json:"pid,omitempty"`
 	Version string    `json:"version,omitempty"`
 	Joined  time.Time `json:"joined"`
+	// Live is the subject the member answers liveness probes on (LiveSubject), set when its
+	// connection was seen to receive and answer them; empty for a member that does not (an
+	// older version, or NATS permissions without the subject): it is never probed, and a
+	// crash of it is seen when its key expires.
+	Live string `json:"live,omitempty"`
 	// LastSeen is when the member's key was last written (its last heartbeat), from KV.
 	LastSeen time.Time `json:"-"`
 }
@@ -49,6 +54,7 @@ func (g *Group) Join(ctx context.Context) (*Membership, error) {
 		PID:     os.Getpid(),
 		Version: g.cfg.Version,
 		Joined:  time.Now().UTC(),
+		Live:    g.liveSubject(),
 	}
 	b, err := json.Marshal(info)
 	if err != nil {
@@ -74,7 +80,7 @@ func (m *Membership) heartbeat(ctx context.Context, key string, value []byte) {
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, 2*m.g.timeout.Heartbeat)
+		pctx, cancel := context.WithTimeout(ctx, max(2*m.g.timeout.Heartbeat, m.g.timeout.Renew))
 		_, err := m.g.kv.Put(pctx, key, value)
 		cancel()
 		m.mu.Lock()

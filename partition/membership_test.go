@@ -159,6 +159,13 @@ func TestConfigValidate(t *testing.T) {
 
 func TestTimeouts(t *testing.T) {
 	to := partition.Config{TTL: 3 * time.Second}.Timeouts()
-	assert.Equal(t, partition.Timeouts{Heartbeat: time.Second, LeaseTTL: 3 * time.Second, Renew: time.Second, Guard: 2400 * time.Millisecond}, to)
-	assert.Equal(t, partition.DefaultTTL, partition.Config{}.Timeouts().LeaseTTL)
+	assert.Equal(t, partition.Timeouts{
+		Heartbeat: 500 * time.Millisecond, LeaseTTL: 3 * time.Second, Renew: time.Second, Guard: 2400 * time.Millisecond,
+		Suspect: 625 * time.Millisecond, Confirm: partition.ConfirmWindow, Probe: 500 * time.Millisecond,
+	}, to)
+	assert.Equal(t, time.Second/3, partition.Config{TTL: time.Second}.Timeouts().Heartbeat, "TTL/3 below 1.5s")
+	def := partition.Config{}.Timeouts()
+	assert.Equal(t, partition.DefaultTTL, def.LeaseTTL)
+	// A crashed member is suspected, then confirmed gone, well before its lease would expire.
+	assert.Less(t, def.Suspect+def.Confirm, def.LeaseTTL/2)
 }

@@ -22,11 +22,9 @@ func (s *Subscriber) own(ctx context.Context, p int) {
 		lease, err := s.g.TryAcquire(actx, p)
 		cancel()
 		if errors.Is(err, ErrLeaseHeld) {
-			// Wait for the release or the expiry; look again after a lease TTL in case a
-			// marker was missed.
-			wctx, cancel := context.WithTimeout(ctx, 2*s.to.LeaseTTL)
-			_, _ = s.g.WaitFree(wctx, p)
-			cancel()
+			// Wait for the release or the expiry (or, fenced, the holder found gone); look
+			// again after two lease TTLs in case a marker was missed.
+			s.awaitLease(ctx, p)
 			continue
 		}
 		if err != nil {

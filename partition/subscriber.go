@@ -41,6 +41,7 @@ type Subscriber struct {
 	done     chan struct{}
 
 	ackWait time.Duration // the subscription's AckTimeout
+	live    *liveness     // probes: this member's and the ones it sends (live.go)
 
 	mu    sync.Mutex
 	owned map[int]*Lease
@@ -72,13 +73,16 @@ var _ jetbus.Subscription = (*Subscriber)(nil)
 // capability), ErrNoPartitions, ErrTTLMismatch, and the
 // Bus's and KV's errors (jetbus.ErrTopicNotFound, …).
 //
-// Timeouts (see Timeouts): a member heartbeats every TTL/3 and drops out TTL after its last
-// heartbeat; an owner renews each lease every TTL/3 and stops the partition itself when no
-// renewal succeeded for 4·TTL/5. A new owner starts at once after a release; after an expiry
-// it waits until the dead owner's last delivery is older than the subscription's AckTimeout,
-// so the events it had in flight are redelivered first, in order. Two members therefore never
-// run the handler on the same partition at once as long as the handler returns within
-// AckTimeout, which it must anyway (a slower handler sees its event twice).
+// Timeouts (see Timeouts): a member heartbeats every min(TTL/3, 500ms) and drops out TTL
+// after its last heartbeat, or about 2 s after it when the server confirms its connection gone
+// (see the package doc, "Liveness"); an owner renews each lease every TTL/3 and stops the
+// partition itself when no renewal succeeded for 4·TTL/5. A new owner starts at once after a
+// release; after an expiry it waits until the dead owner's last delivery is older than the
+// subscription's AckTimeout, so the events it had in flight are redelivered first, in order.
+// Two members therefore never run the handler on the same partition at once as long as the
+// handler returns within AckTimeout, which it must anyway (a slower handler sees its event
+// twice). With Config.Fenced a new owner does not wait for the deliveries, and takes the lease
+// of a holder the server confirms gone without waiting for it to expire.
 func Subscribe(ctx context.Context, bus jetbus.Bus, js JetStream, cfg Config, h jetbus.Handler, opts ...jetbus.SubscribeOption) (*Subscriber, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -124,6 +128,7 @@ func Subscribe(ctx context.Context, bus jetbus.Bus, js JetStream, cfg Config, h 
 		return nil, err
 	}
 	stopOnCancel := context.AfterFunc(ctx, func() { s.stop(nil) })
+	s.live.start(s.runCtx)
 	go func() {
 		s.run(mw, aw, m)
 		stopOnCancel()
@@ -151,9 +156,13 @@ func begin(ctx, tctx context.Context, c jetbus.PartitionSubscriber, js JetStream
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	log := g.cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group, "member", g.cfg.MemberID)
+	// Before joining: the member key advertises the liveness subject once it is answered.
+	live := startLiveness(tctx, g, js.Conn(), log)
 	s := &Subscriber{
 		c: c, js: js, g: g, cfg: g.cfg, to: g.timeout, h: h, opts: slices.Clone(opts), n: n,
-		log:     g.cfg.Logger.With("topic", cfg.Topic, "group", cfg.Group, "member", g.cfg.MemberID),
+		log:     log,
+		live:    live,
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
 		owned:   make(map[int]*Lease),
@@ -168,6 +177,7 @@ func begin(ctx, tctx context.Context, c jetbus.PartitionSubscriber, js JetStream
 		}
 		s.runCancel()
 		s.subCancel()
+		live.stop()
 		return nil, nil, nil, nil, err
 	}
 	mw, err := g.watchMembers(s.runCtx)
@@ -280,6 +290,7 @@ loop:
 				mw = nil
 				continue
 			}
+			s.live.observe(ev)
 			if !members.apply(ev) {
 				continue // a heartbeat
 			}
@@ -315,6 +326,7 @@ loop:
 			if mw == nil {
 				if w, err := s.g.watchMembers(s.runCtx); err == nil {
 					mw, memberEvents, members = w, w.Events(), newMemberView()
+					s.live.reset()
 				}
 			}
 			if aw == nil {
@@ -343,6 +355,7 @@ loop:
 		s.log.Warn("leave failed; the member key will expire", "err", err)
 	}
 	cancel()
+	s.live.stop() // answered until now: a member draining is not gone
 	s.subCancel()
 }
 

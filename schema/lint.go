@@ -179,7 +179,7 @@ func (l *linter) header(file string, line int, h string) {
 var wireHeaders = map[string]bool{
 	jetbus.HeaderMsgID: true, jetbus.HeaderKey: true, jetbus.HeaderTS: true, jetbus.HeaderSID: true,
 	jetbus.HeaderCausedBy: true, jetbus.HeaderTags: true, jetbus.HeaderSchemaVersion: true,
-	jetbus.HeaderContentType: true,
+	jetbus.HeaderContentType: true, jetbus.HeaderTraceParent: true, jetbus.HeaderTraceState: true, jetbus.HeaderBaggage: true,
 }
 
 // wireHeader checks a header key set by a client outside jetbus.

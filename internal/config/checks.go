@@ -77,6 +77,19 @@ var checks = map[string]func(string) error{
 		}
 		return nil
 	},
+	"otlp-url": func(s string) error {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("%q is not a URL such as http://otel-collector:4318 (http or https, no query)", s)
+		}
+		return nil
+	},
+	"baggage-key": func(s string) error {
+		if jetbus.ValidateBaggageKey(s) != nil {
+			return fmt.Errorf("%q is not a baggage key: letters, digits and !#$%%&'*+-.^_`|~ (an RFC 7230 token)", s)
+		}
+		return nil
+	},
 	"path": func(string) error { return nil }, // resolved against the file's directory
 	"dir":  func(string) error { return nil }, // resolved, then checked by Load
 }

@@ -28,6 +28,7 @@ type Config struct {
 	Projections []Projection `yaml:"projections" desc:"Projections (projector): topics materialized into MongoDB collections, one document per key. A projection's name is its consumer group."`
 	Views       []View       `yaml:"views" desc:"Views (projector): what the snapshot API serves over HTTP from a projection's collection."`
 	Auth        Auth         `yaml:"auth" desc:"Who may read views through the snapshot API: bearer tokens with view scopes, or JWTs. Without tokens and jwt the API is open."`
+	Tracing     Tracing      `yaml:"tracing" desc:"OpenTelemetry tracing (docs/operations.md, Tracing): a span per publish and per delivery, each continuing the event's W3C trace context, exported over OTLP. Off by default, at no cost. The standard OTEL_* variables apply and win over these keys: OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT), OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES; the SDK reads the others itself (OTEL_EXPORTER_OTLP_HEADERS, _CERTIFICATE, _TIMEOUT, OTEL_BSP_*). OTEL_SDK_DISABLED=true turns it off."`
 
 	// File is the configuration file's path ("" when none was read); relative paths in the
 	// file are resolved against its directory.
@@ -64,7 +65,7 @@ type HTTP struct {
 	Addr           string        `yaml:"addr" default:"127.0.0.1:8080" check:"addr" desc:"Listen address (host:port; port 0 picks a free one, logged at start). The default takes connections from this machine only; an address beyond loopback (:8080, 0.0.0.0:8080) needs auth configured, or auth.open." example:":8080"`
 	RequestTimeout time.Duration `yaml:"request_timeout" default:"10s" min:"1" desc:"Longest time one request may take."`
 	MaxConnections int           `yaml:"max_connections" default:"8192" min:"1" desc:"Open connections a process accepts, on all its listeners; one more is answered 503 (Retry-After: 1) and closed (http_refused_total{limit=\"connections\"})."`
-	MaxRequests    int           `yaml:"max_requests" default:"1024" min:"1" desc:"Requests a process serves at once, but /healthz and /readyz; one more is answered 503 (Retry-After: 1) (http_refused_total{limit=\"requests\"})."`
+	MaxRequests    int           `yaml:"max_requests" default:"1024" min:"1" desc:"Requests a process serves at once, but /healthz, /readyz and the snapshot API's watches (max_watchers bounds those); one more is answered 503 (Retry-After: 1) (http_refused_total{limit=\"requests\"})."`
 	IdleTimeout    time.Duration `yaml:"idle_timeout" default:"60s" min:"1" desc:"How long a keep-alive connection may stay idle before it is closed."`
 	MaxWaits       int           `yaml:"max_waits" default:"1024" min:"1" desc:"Snapshot API requests waiting for ?after= at once (woken by the projections' progress, not polling); one more is answered 503 (Retry-After: 1)."`
 	MaxWatchers    int           `yaml:"max_watchers" default:"4096" min:"1" desc:"Snapshot API watches (?watch=true, Server-Sent Events) streaming at once; one more is answered 503 (Retry-After: 1). Watches take no place among max_requests, but each holds a connection (max_connections)."`
@@ -215,6 +216,16 @@ type JWT struct {
 	Issuer         string `yaml:"issuer" desc:"Required iss claim (empty: not checked)." example:"https://auth.example.com/"`
 	Audience       string `yaml:"audience" desc:"Required aud claim (empty: not checked)." example:"jetbus"`
 	ScopeClaim     string `yaml:"scope_claim" default:"views" desc:"Claim listing the views a token may read (a list or a space-separated string; \"*\": all)."`
+}
+
+// Tracing configures OpenTelemetry tracing.
+type Tracing struct {
+	Enabled      bool     `yaml:"enabled" desc:"Trace and export spans. Off (the default), no tracing SDK runs and the spans cost nothing; events still carry the trace context they are given."`
+	Endpoint     string   `yaml:"endpoint" check:"otlp-url" desc:"Base URL of the OTLP receiver (an OpenTelemetry Collector, Jaeger, Tempo…), as OTEL_EXPORTER_OTLP_ENDPOINT: http:// for plaintext, https:// for TLS; over http spans go to its /v1/traces. Empty: the OTEL_* variables, else the SDK's default, https://localhost:4318 (http) or localhost:4317 over TLS (grpc)." example:"http://otel-collector:4318"`
+	Protocol     string   `yaml:"protocol" default:"http" enum:"http|grpc" desc:"OTLP over HTTP with protobuf (port 4318) or over gRPC (port 4317)."`
+	SamplerRatio float64  `yaml:"sampler_ratio" default:"1" min:"0" max:"1" desc:"Share of new traces sampled, from 0 to 1 (parentbased_traceidratio): a span whose parent came with a sampling decision (a client's traceparent, an event's) follows it." example:"0.1"`
+	ServiceName  string   `yaml:"service_name" desc:"service.name of the spans. Empty: jetbus-bridge or jetbus-projector, the process's." example:"jetbus-bridge-eu"`
+	Baggage      []string `yaml:"baggage" check:"baggage-key" desc:"W3C baggage keys events may carry (the baggage header, kept on the event and handed to every consumer); members of other keys are dropped. Empty (the default): events carry no baggage. Applies with tracing off too." example:"[tenant]"`
 }
 
 // UsesMongo reports whether anything declared needs MongoDB.

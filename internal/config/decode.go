@@ -264,11 +264,17 @@ func (is *issues) scalar(path string, raw any, v reflect.Value, f *field) {
 		is.bounds(path, f, n, s, false)
 	case t.Kind() == reflect.Float64:
 		x, err := strconv.ParseFloat(s, 64)
-		if err != nil {
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
 			is.add(path, "want a number, got %q", s)
 			return
 		}
 		v.SetFloat(x)
+		if f != nil && f.min != nil && x < float64(*f.min) {
+			is.add(path, "must be at least %d, got %s", *f.min, s)
+		}
+		if f != nil && f.max != nil && x > float64(*f.max) {
+			is.add(path, "must be at most %d, got %s", *f.max, s)
+		}
 	default:
 		panic("config: unsupported type " + t.String())
 	}

@@ -121,6 +121,18 @@ func TestBadConfigs(t *testing.T) {
 			nil, []string{`1:1: the file must be a mapping of sections`}},
 		{"several errors at once", strings.Replace(strings.Replace(base, "partitions: 4", "partitions: -1", 1), "projection: orders-view", "projection: nope", 1) + "bogus: 1\n",
 			nil, []string{`7:5: topics[0].partitions: must be at least 1`, `16:5: views[0].projection: projection "nope"`, `18:1: bogus: unknown key`}},
+		{"tracing: sampler ratio above 1", base + "tracing:\n  sampler_ratio: 1.5\n",
+			nil, []string{`19:3: tracing.sampler_ratio: must be at most 1, got 1.5`}},
+		{"tracing: sampler ratio below 0", base + "tracing:\n  sampler_ratio: -0.1\n",
+			nil, []string{`19:3: tracing.sampler_ratio: must be at least 0, got -0.1`}},
+		{"tracing: endpoint without a scheme", base + "tracing:\n  endpoint: otel:4317\n",
+			nil, []string{`19:3: tracing.endpoint: "otel:4317" is not a URL such as http://otel-collector:4318`}},
+		{"tracing: unknown protocol", base + "tracing:\n  protocol: http/json\n",
+			nil, []string{`19:3: tracing.protocol: "http/json" is not one of http, grpc`}},
+		{"tracing: a baggage key that is no token", base + "tracing:\n  baggage: [tenant, \"user id\"]\n",
+			nil, []string{`19:21: tracing.baggage[1]: "user id" is not a baggage key`}},
+		{"tracing: not a number", base, []string{"JETBUS_TRACING_SAMPLER_RATIO=half"},
+			[]string{`env JETBUS_TRACING_SAMPLER_RATIO: tracing.sampler_ratio: want a number, got "half"`}},
 		{"bad environment value", base,
 			[]string{"JETBUS_HTTP_ADDR=nowhere"}, []string{`env JETBUS_HTTP_ADDR: http.addr: "nowhere" is not host:port`}},
 		{"unknown environment variable of a section", base,
@@ -216,4 +228,21 @@ func TestSchemaProblemsAreConfigErrors(t *testing.T) {
 	_, err := config.Load(config.Options{File: file})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), filepath.Join("schemas", "orders", "v1.json")+": ")
+}
+
+func TestTracingSection(t *testing.T) {
+	c, err := config.Load(config.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, config.Tracing{Protocol: "http", SamplerRatio: 1}, c.Tracing, "off by default")
+
+	file := write(t, base+"tracing:\n  enabled: true\n  endpoint: https://collector.example.com:4318/otlp\n  protocol: grpc\n  sampler_ratio: 0.25\n  service_name: bridge-eu\n  baggage: [tenant, user.id]\n")
+	c, err = config.Load(config.Options{File: file, Environ: []string{"JETBUS_TRACING_SAMPLER_RATIO=0"}})
+	require.NoError(t, err)
+	assert.Equal(t, config.Tracing{Enabled: true, Endpoint: "https://collector.example.com:4318/otlp", Protocol: "grpc",
+		SamplerRatio: 0, ServiceName: "bridge-eu", Baggage: []string{"tenant", "user.id"}}, c.Tracing)
+
+	c, err = config.Load(config.Options{Environ: []string{"JETBUS_TRACING_ENABLED=true", "JETBUS_TRACING_BAGGAGE=a,b"}})
+	require.NoError(t, err)
+	assert.True(t, c.Tracing.Enabled)
+	assert.Equal(t, []string{"a", "b"}, c.Tracing.Baggage)
 }

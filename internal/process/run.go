@@ -15,10 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/ops"
 	"github.com/jetbus/jetbus/internal/retry"
+	"github.com/jetbus/jetbus/internal/tracing"
 	"github.com/jetbus/jetbus/jetstream"
 )
 
@@ -53,6 +55,13 @@ type Spec struct {
 	// Streams, if set, tells the long-lived requests of the process's HTTP servers
 	// (Limits.Streams).
 	Streams func(*http.Request) bool
+	// Tracing is the process's OpenTelemetry tracing (package wiring maps the tracing
+	// section; the zero value is off). Run starts it before anything connects and flushes
+	// it last, after every component stopped and everything closed.
+	Tracing tracing.Config
+	// BaggageKeys are the W3C baggage keys the process's events may carry
+	// (jetstream.WithBaggageKeys).
+	BaggageKeys []string
 }
 
 // Env is what Setup gets: the connections, the metrics registerer and the logger.
@@ -65,6 +74,11 @@ type Env struct {
 	Bus     *jetstream.Bus
 	// Mongo is nil unless Spec.NeedsMongo.
 	Mongo *mongo.Client
+	// Tracer is the provider the components trace with: the SDK's when Spec.Tracing is on, a
+	// no-op one (which the libraries skip at no cost) otherwise.
+	Tracer trace.TracerProvider
+
+	baggageKeys []string
 
 	mu      sync.Mutex
 	closers []func(context.Context) error
@@ -88,6 +102,12 @@ func (e *Env) serveMounted(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.NotFound(w, r)
+}
+
+// BusOptions are the options every Bus of the process is opened with: its tracer provider
+// and the baggage keys its events may carry.
+func (e *Env) BusOptions() []jetstream.Option {
+	return []jetstream.Option{jetstream.WithTracerProvider(e.Tracer), jetstream.WithBaggageKeys(e.baggageKeys...)}
 }
 
 // OnClose registers f to run after every component stopped (last registered, first run).
@@ -117,10 +137,23 @@ func Run(ctx context.Context, spec Spec) error {
 		}
 	}
 	reg := ops.NewRegistry()
-	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups), limits: limitsOf(cfg)}
+	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups), limits: limitsOf(cfg),
+		baggageKeys: spec.BaggageKeys}
 	env.limits.Streams = spec.Streams
+	tp, err := tracing.Start(ctx, spec.Tracing, log)
+	if err != nil {
+		return err
+	}
+	env.Tracer = tp.TracerProvider()
+	// Registered first, so it runs last: the spans of the shutdown itself are exported too,
+	// within the shutdown deadline. The deferred call covers a Run that fails before.
+	env.OnClose(tp.Shutdown)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = tp.Shutdown(sctx)
+	}()
 	env.conns = &connCount{max: int64(env.limits.withDefaults().MaxConnections)}
-	var err error
 	if env.http, err = newHTTPMetrics(env.Metrics); err != nil {
 		return err
 	}
@@ -273,7 +306,7 @@ func run(ctx context.Context, spec Spec, env *Env, log *slog.Logger, phase *atom
 		})
 	}
 	err = attempt("connecting to JetStream", func(ctx context.Context) error {
-		b, err := jetstream.Open(ctx, nc, jetstream.WithRegisterer(env.Metrics), jetstream.WithLogger(log))
+		b, err := jetstream.Open(ctx, nc, append(env.BusOptions(), jetstream.WithRegisterer(env.Metrics), jetstream.WithLogger(log))...)
 		env.Bus = b
 		return err
 	})

@@ -31,7 +31,10 @@ import (
 //     out: the caller checks its own context separately); NATS timeouts, no responders, a
 //     connection that is reconnecting or disconnected; JetStream API errors that say the
 //     cluster cannot answer right now (no leader, not available, not assigned, incomplete
-//     results: codes 10004, 10007, 10008, 10009, 10163); a pull interrupted by a
+//     results: codes 10004, 10007, 10008, 10009, 10163), or cannot place a replicated
+//     stream or consumer while a peer is offline (no suitable peers: 10005 — a node
+//     restarting; a cluster too small for the replicas asked answers it for good, and the
+//     callers' retries log it until their context ends); a pull interrupted by a
 //     leadership change or missing its heartbeats; a network error that reports
 //     Timeout(); and errors MongoDB labels as worth retrying (RetryableWriteError,
 //     TransientTransactionError, NetworkError, ResumableChangeStreamError).
@@ -58,6 +61,7 @@ func Transient(err error) bool {
 	if errors.As(err, &api) {
 		switch api.ErrorCode {
 		case 10004, // incomplete results
+			10005, // no suitable peers for placement (a peer offline: a node restarting)
 			10007, // cluster not assigned to this server (a group moving)
 			10008, // JetStream system temporarily unavailable
 			10009, // cluster can not handle request (not the leader)

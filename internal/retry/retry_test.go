@@ -75,6 +75,7 @@ func TestTransient(t *testing.T) {
 		{"incomplete results", apiErr(503, 10004), true},
 		{"not assigned", apiErr(500, 10007), true},
 		{"cluster unavailable", apiErr(503, 10008), true},
+		{"no suitable peers (a node restarting)", apiErr(503, 10005), true},
 		{"not leader", apiErr(500, 10009), true},
 		{"last seq per subject not ready", apiErr(503, 10163), true},
 		{"net timeout", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, true},

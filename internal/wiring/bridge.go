@@ -33,15 +33,17 @@ func Bridge(cfg *config.Config) (process.Spec, error) {
 		return process.Spec{}, err
 	}
 	return process.Spec{
-		Name:       "bridge",
-		NeedsMongo: len(cfg.Changefeeds) > 0 || len(cfg.Outbox) > 0,
-		Topics:     topics,
-		Listed:     listed,
-		OpsGuard:   guard,
+		Name:        "bridge",
+		NeedsMongo:  len(cfg.Changefeeds) > 0 || len(cfg.Outbox) > 0,
+		Topics:      topics,
+		Listed:      listed,
+		OpsGuard:    guard,
+		Tracing:     tracingConfig(cfg, "bridge"),
+		BaggageKeys: cfg.Tracing.Baggage,
 		Setup: func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
 			res := &resources{}
 			defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind
-			sh, err := openShared(ctx, env, res, true)
+			sh, err := openShared(ctx, env, res, ownDLQ)
 			if err != nil {
 				return nil, err
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/jetbus/jetbus/ingress"
 	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/ops"
+	"github.com/jetbus/jetbus/internal/tracing"
 	"github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/projection"
 	"github.com/jetbus/jetbus/snapshotapi"
@@ -29,6 +30,17 @@ import (
 
 // database is the rule "a component's database defaults to mongo.database".
 func database(cfg *config.Config, db string) string { return cfg.DatabaseOf(db) }
+
+// tracingConfig maps the tracing section for the process named process ("bridge",
+// "projector"): its service name defaults to jetbus-<process>.
+func tracingConfig(cfg *config.Config, process string) tracing.Config {
+	t := cfg.Tracing
+	name := t.ServiceName
+	if name == "" {
+		name = "jetbus-" + process
+	}
+	return tracing.Config{Enabled: t.Enabled, Endpoint: t.Endpoint, Protocol: t.Protocol, SamplerRatio: t.SamplerRatio, ServiceName: name}
+}
 
 // topicConfig maps a declared topic to the Bus's TopicConfig.
 func topicConfig(t config.Topic) jetstream.TopicConfig {
@@ -43,8 +55,8 @@ func topicConfig(t config.Topic) jetstream.TopicConfig {
 	}
 }
 
-// dlqConfig maps the dlq section to the Queue's Config. attach is set by the tools: the
-// DLQ's settings are the processes' to apply (dlq.Config.Attach).
+// dlqConfig maps the dlq section to the Queue's Config. attach is set by the tools and the
+// projector: the DLQ's settings are the bridge's to apply (dlq.Config.Attach).
 func dlqConfig(c config.DLQ, attach bool) dlq.Config {
 	return dlq.Config{Replicas: c.Replicas, MaxAge: c.MaxAge, MaxBytes: int64(c.MaxBytes), Parking: c.Parking, Attach: attach,
 		Rejects: dlq.RejectsConfig{MaxAge: c.Rejects.MaxAge, MaxBytes: int64(c.Rejects.MaxBytes), MaxBody: int(c.Rejects.MaxBody)}}

@@ -17,6 +17,7 @@ import (
 	"github.com/jetbus/jetbus/ingress"
 	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/internal/tracing"
 	"github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/projection"
 	"github.com/jetbus/jetbus/snapshotapi"
@@ -56,6 +57,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 	ac, err := apiConfig(cfg, make([]byte, 32))
 	require.NoError(t, err)
 	view := ac.Views[0]
+	tr := tracingConfig(cfg, "bridge")
 
 	checks := map[string][2]any{ // key path: {mapped value, package default}
 		"nats.inbox_prefix":             {cfg.NATS.InboxPrefix, strings.TrimSuffix(nats.InboxPrefix, ".")},
@@ -103,6 +105,8 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"views.cache_control":           {view.CacheControl, snapshotapi.DefaultCacheControl},
 		"auth.jwt.scope_claim":          {ac.JWT.ScopeClaim, snapshotapi.DefaultScopeClaim},
 		"auth.ticket_ttl":               {ac.TicketTTL, snapshotapi.DefaultTicketTTL},
+		"tracing.protocol":              {tr.Protocol, tracing.DefaultProtocol},
+		"tracing.sampler_ratio":         {tr.SamplerRatio, tracing.DefaultSamplerRatio},
 	}
 	for key, c := range checks {
 		assert.EqualValues(t, c[1], c[0], "%s: the config default differs from the package default", key)
@@ -171,4 +175,26 @@ projections:
 	require.NoError(t, err)
 	assert.Equal(t, int64(1000), projectionConfig(cfg, cfg.Projections[0]).MaxVersionStep)
 	assert.Equal(t, projection.UnboundedVersionStep, projectionConfig(cfg, cfg.Projections[1]).MaxVersionStep)
+}
+
+// TestTracingConfig: the tracing section reaches the processes, each with its own service
+// name unless one is set, and its baggage keys reach the Buses.
+func TestTracingConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "jetbus.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`
+tracing: {enabled: true, endpoint: "http://collector:4318", protocol: grpc, sampler_ratio: 0.5, baggage: [tenant]}
+`), 0o644))
+	cfg, err := config.Load(config.Options{File: file})
+	require.NoError(t, err)
+	assert.Equal(t, tracing.Config{Enabled: true, Endpoint: "http://collector:4318", Protocol: "grpc", SamplerRatio: 0.5, ServiceName: "jetbus-bridge"},
+		tracingConfig(cfg, "bridge"))
+	assert.Equal(t, "jetbus-projector", tracingConfig(cfg, "projector").ServiceName)
+	for _, build := range []func(*config.Config) (process.Spec, error){Bridge, Projector} {
+		spec, err := build(cfg)
+		require.NoError(t, err)
+		assert.Equal(t, "jetbus-"+spec.Name, spec.Tracing.ServiceName)
+		assert.Equal(t, []string{"tenant"}, spec.BaggageKeys)
+	}
+	cfg.Tracing.ServiceName = "mine"
+	assert.Equal(t, "mine", tracingConfig(cfg, "projector").ServiceName)
 }

@@ -4,15 +4,19 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/internal/config"
 	"github.com/jetbus/jetbus/internal/ops"
 	"github.com/jetbus/jetbus/internal/process"
+	"github.com/jetbus/jetbus/internal/tracing"
 	"github.com/jetbus/jetbus/jetstream"
 	"github.com/jetbus/jetbus/projection"
 	"github.com/jetbus/jetbus/schema"
@@ -47,6 +51,9 @@ type Tool struct {
 	Schemas   *schema.Registry
 	DLQ       *dlq.Queue
 	Mongo     *mongo.Client
+	// Tracer is the tool's tracer provider (the tracing section's, as the processes', its
+	// service named after the binary): its Buses trace with it. Close flushes it last.
+	Tracer trace.TracerProvider
 
 	res resources
 }
@@ -60,13 +67,25 @@ func Open(ctx context.Context, cfg *config.Config, name string, needs Needs, log
 	}
 	t := &Tool{Config: cfg, Logger: log}
 	defer t.res.closeOnError(&err)
+	binary, _, _ := strings.Cut(name, " ")
+	tp, err := tracing.Start(ctx, tracingConfig(cfg, binary), log)
+	if err != nil {
+		return nil, err
+	}
+	t.res.add(func() error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return tp.Shutdown(sctx)
+	})
+	t.Tracer = tp.TracerProvider()
+	busOpts := []jetstream.Option{jetstream.WithTracerProvider(t.Tracer), jetstream.WithBaggageKeys(cfg.Tracing.Baggage...), jetstream.WithLogger(log)}
 	nc, err := process.ConnectNATS(cfg.NATS, "jetbus "+name, false)
 	if err != nil {
 		return nil, err
 	}
 	t.res.add(func() error { nc.Close(); return nil })
 	t.Conn = nc
-	if t.Bus, err = jetstream.Open(ctx, nc, jetstream.WithLogger(log)); err != nil {
+	if t.Bus, err = jetstream.Open(ctx, nc, busOpts...); err != nil {
 		return nil, err
 	}
 	t.res.add(t.Bus.Close)
@@ -82,7 +101,7 @@ func Open(ctx context.Context, cfg *config.Config, name string, needs Needs, log
 		t.res.add(t.Schemas.Close)
 	}
 	if needs.Validated {
-		vbus, err := jetstream.Open(ctx, nc, jetstream.WithPublishMiddleware(t.Schemas.PublishMiddleware()), jetstream.WithLogger(log))
+		vbus, err := jetstream.Open(ctx, nc, append(busOpts, jetstream.WithPublishMiddleware(t.Schemas.PublishMiddleware()))...)
 		if err != nil {
 			return nil, err
 		}

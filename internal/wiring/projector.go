@@ -28,7 +28,7 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 		return process.Spec{}, err
 	}
 	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0, Topics: topics, Groups: listed, Listed: listed,
-		OpsGuard: guard, Streams: snapshotapi.IsWatch}
+		OpsGuard: guard, Streams: snapshotapi.IsWatch, Tracing: tracingConfig(cfg, "projector"), BaggageKeys: cfg.Tracing.Baggage}
 	spec.Setup = func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
 		res := &resources{}
 		defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind
@@ -39,7 +39,11 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 		if len(cfg.Projections) == 0 && !serveAPI {
 			return nil, nil
 		}
-		sh, err := openShared(ctx, env, res, len(cfg.Projections) > 0)
+		use := noDLQ
+		if len(cfg.Projections) > 0 {
+			use = attachDLQ
+		}
+		sh, err := openShared(ctx, env, res, use)
 		if err != nil {
 			return nil, err
 		}

@@ -22,9 +22,19 @@ type shared struct {
 	res *resources
 }
 
-// openShared opens the registry and, when withDLQ, the DLQ queue with the configuration's
-// settings (the processes own them). Everything opened is added to res.
-func openShared(ctx context.Context, env *process.Env, res *resources, withDLQ bool) (*shared, error) {
+// dlqUse is how a process opens the DLQ.
+type dlqUse int
+
+const (
+	noDLQ     dlqUse = iota
+	ownDLQ           // apply the configuration's settings: the bridge owns the DLQ
+	attachDLQ        // use it as it is, creating only what is missing: the projector
+)
+
+// openShared opens the registry and the DLQ queue as use says. The bridge applies the dlq
+// section's settings; a projector attaches (dlq.Config.Attach), so that its NATS user needs no
+// right to update the DLQ's streams (deploy/nats/auth.conf). Everything opened is added to res.
+func openShared(ctx context.Context, env *process.Env, res *resources, use dlqUse) (*shared, error) {
 	sh := &shared{env: env, res: res}
 	reg, err := schema.Open(ctx, env.Bus.JetStream(), schema.WithLogger(env.Logger))
 	if err != nil {
@@ -32,8 +42,8 @@ func openShared(ctx context.Context, env *process.Env, res *resources, withDLQ b
 	}
 	res.add(reg.Close)
 	sh.reg = reg
-	if withDLQ {
-		q, err := dlq.Open(ctx, env.Bus.JetStream(), dlqConfig(env.Config.DLQ, false), dlq.WithRegisterer(env.Metrics), dlq.WithLogger(env.Logger))
+	if use != noDLQ {
+		q, err := dlq.Open(ctx, env.Bus.JetStream(), dlqConfig(env.Config.DLQ, use == attachDLQ), dlq.WithRegisterer(env.Metrics), dlq.WithLogger(env.Logger))
 		if err != nil {
 			return nil, err
 		}
@@ -47,9 +57,9 @@ func openShared(ctx context.Context, env *process.Env, res *resources, withDLQ b
 // its topic's schema (the registry's publish middleware), with room for pending async
 // publishes. Each publishing component kind gets its own (see Bridge for why).
 func (sh *shared) publishingBus(ctx context.Context, pending int) (*jetstream.Bus, error) {
-	bus, err := jetstream.Open(ctx, sh.env.Conn, jetstream.WithPublishMiddleware(sh.reg.PublishMiddleware()),
+	bus, err := jetstream.Open(ctx, sh.env.Conn, append(sh.env.BusOptions(), jetstream.WithPublishMiddleware(sh.reg.PublishMiddleware()),
 		jetstream.WithAsyncMaxPending(max(pending, 4000)),
-		jetstream.WithRegisterer(sh.env.Metrics), jetstream.WithLogger(sh.env.Logger))
+		jetstream.WithRegisterer(sh.env.Metrics), jetstream.WithLogger(sh.env.Logger))...)
 	if err != nil {
 		return nil, err
 	}
