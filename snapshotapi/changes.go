@@ -69,9 +69,15 @@ func (c *change) message(s *Server, kind string, fields *fieldSet, meta bool) []
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.rendered {
-		if r.kind == kind && (kind == "delete" || (r.fields == fields && r.meta == meta)) {
+		if r.kind == kind && (kind != "upsert" || (r.fields == fields && r.meta == meta)) {
 			return r.msg
 		}
+	}
+	if kind == "switched" { // a switch's last message: the position in the new generation
+		msg := append([]byte(": generation switched\nid: "), s.positions.encode(c.pos)...)
+		msg = append(msg, "\n\n"...)
+		c.rendered = append(c.rendered, renderedMessage{kind: kind, msg: msg})
+		return msg
 	}
 	var doc []byte
 	if kind == "upsert" {

@@ -186,6 +186,10 @@ type Config struct {
 	// TicketTTL is how long a ticket (POST /v1/tickets) is accepted by a watch (default
 	// DefaultTicketTTL).
 	TicketTTL time.Duration
+	// SwitchTimeout bounds how long a watch waits, after a rebuild's switch, for the new
+	// generation to catch up with the one it was reading (default DefaultSwitchTimeout);
+	// then it ends with position_expired.
+	SwitchTimeout time.Duration
 }
 
 // Validate reports whether c is usable; errors wrap ErrInvalidConfig and name the field.
@@ -261,8 +265,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: DefaultWait %s exceeds MaxWait %s", ErrInvalidConfig, c.DefaultWait, c.MaxWait)
 	}
 	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 || c.MaxPageBytes < 0 ||
-		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.KeepAlive < 0 || c.TicketTTL < 0 {
-		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer, KeepAlive and TicketTTL may not be negative", ErrInvalidConfig)
+		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.KeepAlive < 0 || c.TicketTTL < 0 || c.SwitchTimeout < 0 {
+		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer, KeepAlive, TicketTTL and SwitchTimeout may not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -409,6 +413,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TicketTTL == 0 {
 		c.TicketTTL = DefaultTicketTTL
+	}
+	if c.SwitchTimeout == 0 {
+		c.SwitchTimeout = DefaultSwitchTimeout
 	}
 	if c.JWT.ScopeClaim == "" {
 		c.JWT.ScopeClaim = DefaultScopeClaim

@@ -85,7 +85,9 @@
 //     client's changes (a key's latest replaces its waiting one) and is disconnected with
 //     an overflow event once it falls behind what the hub keeps. Filters are applied to
 //     changed documents in memory, as MongoDB applies them (match.go). Config.MaxWatchers
-//     bound the watches; each write has Config.RequestTimeout to complete.
+//     bound the watches; each write has Config.RequestTimeout to complete. After a
+//     rebuild's switch a watch moves to the new generation by comparing both at one
+//     cluster time (switch.go), without a gap and without going back on a key.
 //   - The live collection of a view comes from jetbus_projections (after a rebuild), cached
 //     for at most a second, one query at a time per view.
 //   - A document cache (Config.CacheBytes, LRU) answers repeated and conditional reads by

@@ -55,6 +55,7 @@ type hub struct {
 	floor    streamPos // every change with a message after floor is in the ring
 	head     streamPos // the last change read
 	recv     uint64    // changes read
+	polls    uint64    // getMores the stream completed (each batch read to its end, or empty)
 	dropRecv uint64    // recv of the newest change dropped from the ring
 	dropped  bool
 	wake     chan struct{} // closed when the ring or head moved
@@ -206,6 +207,9 @@ func (h *hub) run(src *changeSource) {
 				}
 			}
 		}
+		if ch == nil || src.batchDone() {
+			h.polls++
+		}
 		if ch == nil || src.batchDone() || h.recv%64 == 0 {
 			// Watchers wake once per batch the stream returned (and every 64 changes of a
 			// long one), not once per change.
@@ -320,5 +324,30 @@ func (s *Server) stopHubs() {
 	s.hubsCancel()
 	for _, h := range hubs {
 		h.fail(errShuttingDown)
+	}
+}
+
+// passed waits until the hub has read every change committed before the call: two of its
+// getMores completed, the second begun after the call (a getMore returns every change
+// committed before it began). It returns the position read up to.
+func (h *hub) passed(ctx context.Context) (streamPos, error) {
+	h.mu.Lock()
+	p0 := h.polls
+	h.mu.Unlock()
+	for {
+		h.mu.Lock()
+		polls, head, wake, err := h.polls, h.head, h.wake, h.err
+		h.mu.Unlock()
+		switch {
+		case err != nil:
+			return head, err
+		case polls >= p0+2:
+			return head, nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return head, ctx.Err()
+		}
 	}
 }

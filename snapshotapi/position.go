@@ -43,6 +43,7 @@ const (
 
 	posStream   = 0 // a point in the changes
 	posSnapshot = 1 // within a snapshot read at T, after a key
+	posSwitch   = 2 // within the move from generation prev to coll at T, after a key
 )
 
 // PositionHeader is the response header of a list that carries the position it reflects.
@@ -59,6 +60,9 @@ type streamPos struct {
 	snapshot bool
 	binding  [16]byte
 	after    string
+	// prev, when set, makes it a position within a generation switch (switch.go): from
+	// collection prev to coll at ts, for the query bound to binding, sent up to key after.
+	prev string
 }
 
 // allAt is the position covering every change of db.coll up to and including ts.
@@ -112,8 +116,11 @@ func newPositionCodec(key []byte) positionCodec {
 func (c positionCodec) encode(p streamPos) string {
 	plain := make([]byte, 0, 13+2*binary.MaxVarintLen64+len(p.db)+len(p.coll)+16+binary.MaxVarintLen64+len(p.after))
 	kind := byte(posStream)
-	if p.snapshot {
+	switch {
+	case p.snapshot:
 		kind = posSnapshot
+	case p.prev != "":
+		kind = posSwitch
 	}
 	plain = append(plain, kind)
 	plain = binary.BigEndian.AppendUint32(plain, p.ts.T)
@@ -123,10 +130,14 @@ func (c positionCodec) encode(p streamPos) string {
 	plain = append(plain, p.db...)
 	plain = binary.AppendUvarint(plain, uint64(len(p.coll)))
 	plain = append(plain, p.coll...)
-	if p.snapshot {
+	if kind != posStream {
 		plain = append(plain, p.binding[:]...)
 		plain = binary.AppendUvarint(plain, uint64(len(p.after)))
 		plain = append(plain, p.after...)
+	}
+	if kind == posSwitch {
+		plain = binary.AppendUvarint(plain, uint64(len(p.prev)))
+		plain = append(plain, p.prev...)
 	}
 	ns := c.aead.NonceSize()
 	b := make([]byte, 1+ns, 1+ns+len(plain)+c.aead.Overhead())
@@ -179,16 +190,21 @@ func (c positionCodec) decode(s, param string) (streamPos, *apiError) {
 	}
 	switch kind {
 	case posStream:
-	case posSnapshot:
+	case posSnapshot, posSwitch:
 		if len(rest) < 16 {
 			return streamPos{}, badPosition(param, "the position is malformed")
 		}
-		p.snapshot = true
+		p.snapshot = kind == posSnapshot
 		p.binding = [16]byte(rest[:16])
 		rest = rest[16:]
 		var ok bool
 		if p.after, ok = str(); !ok {
 			return streamPos{}, badPosition(param, "the position is malformed")
+		}
+		if kind == posSwitch {
+			if p.prev, ok = str(); !ok || p.prev == "" {
+				return streamPos{}, badPosition(param, "the position is malformed")
+			}
 		}
 	default:
 		return streamPos{}, badPosition(param, "the position is malformed")

@@ -19,6 +19,7 @@ func TestPositionCodec(t *testing.T) {
 		allAt("shop", "orders", bson.Timestamp{T: 1700000000, I: 7}),
 		{db: "shop", coll: "orders-g2", ts: bson.Timestamp{T: 1, I: 0}, n: 3},
 		{db: "d", coll: "c", ts: bson.Timestamp{T: 9, I: 1}, snapshot: true, binding: [16]byte{1, 2, 3}, after: "customer/42 é"},
+		{db: "d", coll: "c-g2", ts: bson.Timestamp{T: 9, I: 1}, binding: [16]byte{4}, after: "k", prev: "c"},
 	}
 	for _, p := range cases {
 		s := c.encode(p)

@@ -179,6 +179,9 @@ type watcher struct {
 	meta   bool
 	bound  int
 	from   streamPos // the changes the client has: those at or before from
+	coll   string    // the generation (live collection) w reads
+	// binding identifies the watch's filters, for the positions of snapshots and switches.
+	binding [16]byte
 	// joinTS: changes at or before it may follow skipped ones the client never had, so their
 	// changed fields are unknown (a resumed watch).
 	joinTS bson.Timestamp
@@ -207,6 +210,8 @@ func (s *Server) newWatcher(ctx context.Context, v *view, wp watchParams, from s
 	w := &watcher{s: s, v: v, ctx: ctx, ws: ws, conds: wp.conds, meta: wp.meta, bound: s.cfg.WatchBuffer, from: from,
 		pending: map[string]*list.Element{}, processed: from, lastID: from,
 		ready: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+	w.coll = from.coll
+	w.binding = listParams{conds: wp.conds, order: order{field: "_id"}}.binding(v.Name)
 	w.fields = []string{"_deleted"}
 	for _, c := range wp.conds {
 		w.fields = append(w.fields, c.field)
@@ -228,6 +233,15 @@ func (w *watcher) attach(ctx context.Context, h *hub) error {
 	}
 	w.src = src
 	return nil
+}
+
+// kindOf says what a change read from the stream is to w: an upsert, a delete, or nothing
+// (""): the client has it, or it does not concern the client.
+func (w *watcher) kindOf(ch *change) string {
+	if !w.from.less(ch.pos) {
+		return ""
+	}
+	return w.classify(ch)
 }
 
 // classify says what a change is to w: an upsert, a delete, or nothing ("").
@@ -270,10 +284,7 @@ func (w *watcher) relevant(ch *change) bool {
 // back). It reports false, putting nothing, when the buffer is full and ch's key has
 // nothing waiting: the caller holds ch back until the writer made room.
 func (w *watcher) offer(ch *change) bool {
-	if !w.from.less(ch.pos) {
-		return true // the client has it
-	}
-	kind := w.classify(ch)
+	kind := w.kindOf(ch)
 	if kind == "" {
 		return true
 	}
@@ -322,24 +333,41 @@ func (w *watcher) stop(overflow bool, err error) {
 // drain copies the changes of w's source into its buffer until the watch ends. When the
 // buffer is full it stops where it is, and goes on when the writer made room; if the
 // hub's ring drops a change it has not read meanwhile, the client is too slow: overflow.
+// When the view's live generation changes it follows it (switch.go).
 func (w *watcher) drain() {
-	if w.src != nil {
-		ok := w.catchUp()
-		w.src.close(w.ctx)
-		w.src = nil
-		if !ok {
+	defer func() {
+		if w.src != nil {
+			w.src.close(w.ctx)
+		}
+	}()
+	for {
+		if w.src != nil {
+			ok := w.catchUp()
+			w.src.close(w.ctx)
+			w.src = nil
+			if !ok {
+				return
+			}
+		}
+		if !w.drainRing() {
 			return
 		}
 	}
+}
+
+// drainRing reads the hub's ring until the watch ends (false) or moved to another
+// generation (true).
+func (w *watcher) drainRing() bool {
+	checked := time.Now()
 	for {
 		chs, next, head, wake, lost, err := w.h.read(w.cursor)
 		switch {
 		case err != nil:
 			w.stop(false, err)
-			return
+			return false
 		case lost:
 			w.stop(true, nil)
-			return
+			return false
 		}
 		i := 0
 		for i < len(chs) && w.offer(chs[i]) {
@@ -353,11 +381,23 @@ func (w *watcher) drain() {
 			w.cursor += uint64(i)
 			space = w.space
 		}
+		if time.Since(checked) >= time.Second {
+			checked = time.Now()
+			if live, err := w.v.resolve(w.ctx, w.s.now); err == nil && live.collection != w.coll {
+				if err := w.follow(live); err != nil {
+					if w.ctx.Err() == nil {
+						w.stop(errors.Is(err, errOverflow), err)
+					}
+					return false
+				}
+				return true
+			}
+		}
 		select {
 		case <-wake:
 		case <-space:
 		case <-w.ctx.Done():
-			return
+			return false
 		}
 	}
 }
@@ -416,18 +456,22 @@ func (w *watcher) catchUp() bool {
 func (w *watcher) take(b []byte) ([]byte, int, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n, deletes := 0, 0
-	for e := w.order.Front(); e != nil && n < watchBatch && len(b) < watchBatchBytes; e = w.order.Front() {
+	n, deletes, taken := 0, 0, 0
+	for e := w.order.Front(); e != nil && taken < watchBatch && len(b) < watchBatchBytes; e = w.order.Front() {
+		taken++
 		m := w.order.Remove(e).(pendingMsg)
 		delete(w.pending, m.ch.key)
 		b = append(b, m.ch.message(w.s, m.kind, w.v.fields, w.meta)...)
 		w.lastID = m.ch.pos
-		n++
-		if m.kind == "delete" {
+		switch m.kind {
+		case "upsert":
+			n++
+		case "delete":
+			n++
 			deletes++
 		}
 	}
-	if n > 0 {
+	if taken > 0 {
 		select {
 		case w.space <- struct{}{}:
 		default:
@@ -521,7 +565,7 @@ func (s *Server) watch(c echo.Context, v *view, params []param) error {
 		from = &p
 	}
 	binding := listParams{conds: wp.conds, order: order{field: "_id"}}.binding(v.Name)
-	if from != nil && from.snapshot && from.binding != binding {
+	if from != nil && (from.snapshot || from.prev != "") && from.binding != binding {
 		return badPosition(param, "the position belongs to another watch: keep the filters of the request that returned it")
 	}
 	setup := ctxOf(c)
@@ -529,8 +573,23 @@ func (s *Server) watch(c echo.Context, v *view, params []param) error {
 	if err != nil {
 		return s.dbError(setup, err)
 	}
+	gen := live // the generation the watch starts on
 	if from != nil && from.coll != live.collection {
-		return positionExpired(param, "view %s was rebuilt since this position: start again without since", v.Name)
+		// A position of a previous generation: resumed there, then moved to the live one
+		// (switch.go), while that generation exists.
+		gen = liveState{collection: from.coll}
+	}
+	if from != nil && (from.coll != live.collection || from.prev != "") {
+		for _, coll := range []string{from.coll, from.prev} {
+			if coll == "" {
+				continue
+			}
+			if ok, err := collectionExists(setup, v.db, coll); err != nil {
+				return s.dbError(setup, err)
+			} else if !ok {
+				return positionExpired(param, "view %s was rebuilt since this position, and the generation it names is gone: start again without since", v.Name)
+			}
+		}
 	}
 	if n := s.watchers.Add(1); n > int64(s.cfg.MaxWatchers) {
 		s.watchers.Add(-1)
@@ -547,18 +606,25 @@ func (s *Server) watch(c echo.Context, v *view, params []param) error {
 
 	// Open everything that can fail before the answer starts, so that a failure is a status.
 	var snap *snapshotRead
+	var switching []*change // the rest of a switch cut off midway
 	var start streamPos
 	switch {
 	case from == nil || from.snapshot:
-		snap, err = s.openSnapshot(setup, v, live, wp, from)
+		snap, err = s.openSnapshot(setup, v, gen, wp, from)
 		if err != nil {
 			return s.watchOpenError(setup, param, err)
 		}
 		defer snap.close()
-		start = allAt(v.Database, live.collection, snap.ts)
-		if !live.at.IsZero() && tsBefore(live.at, snap.ts) {
-			start = allAt(v.Database, live.collection, live.at) // a hub started now begins there
+		start = allAt(v.Database, gen.collection, snap.ts)
+		if !gen.at.IsZero() && tsBefore(gen.at, snap.ts) {
+			start = allAt(v.Database, gen.collection, gen.at) // a hub started now begins there
 		}
+	case from.prev != "":
+		switching, err = s.resumeSwitch(setup, v, wp, *from)
+		if err != nil {
+			return s.watchOpenError(setup, param, err)
+		}
+		start = allAt(v.Database, from.coll, from.ts)
 	default:
 		start = *from
 	}
@@ -566,17 +632,35 @@ func (s *Server) watch(c echo.Context, v *view, params []param) error {
 	if err != nil {
 		return s.watchOpenError(setup, param, err)
 	}
-	defer h.release()
 	var w *watcher
+	defer func() {
+		if w != nil {
+			w.h.release() // the hub it holds now: it may have moved to another generation
+		} else {
+			h.release()
+		}
+	}()
 	if snap == nil {
-		w = s.newWatcher(ctx, v, wp, *from, ws)
+		wfrom := *from
+		if from.prev != "" {
+			wfrom = start
+		}
+		nw := s.newWatcher(ctx, v, wp, wfrom, ws)
 		// Changes up to now may follow skipped ones this client never had: their changed
 		// fields are unknown to it.
-		if w.joinTS, err = s.clusterTime(setup); err != nil {
+		if nw.joinTS, err = s.clusterTime(setup); err != nil {
 			return s.dbError(setup, err)
 		}
-		if err := w.attach(setup, h); err != nil {
+		if err := nw.attach(setup, h); err != nil {
 			return s.watchOpenError(setup, param, err)
+		}
+		w = nw
+		for _, ch := range switching {
+			w.pending[ch.key] = w.order.PushBack(pendingMsg{ch: ch, kind: diffKind(ch)})
+		}
+		if len(switching) > 0 {
+			w.pending[switchedKey] = w.order.PushBack(pendingMsg{ch: &change{pos: start, key: switchedKey}, kind: "switched"})
+			w.ready <- struct{}{}
 		}
 	}
 
@@ -592,11 +676,12 @@ func (s *Server) watch(c echo.Context, v *view, params []param) error {
 		if err := st.sendSnapshot(snap); err != nil {
 			return nil // the client is gone, or too slow; or MongoDB failed mid-way (logged)
 		}
-		w = s.newWatcher(ctx, v, wp, allAt(v.Database, live.collection, snap.ts), ws)
-		if err := w.attach(ctx, h); err != nil {
+		nw := s.newWatcher(ctx, v, wp, allAt(v.Database, gen.collection, snap.ts), ws)
+		if err := nw.attach(ctx, h); err != nil {
 			st.disconnect(err)
 			return nil
 		}
+		w = nw
 	}
 	return st.run(w)
 }
@@ -606,6 +691,8 @@ func (s *Server) watchOpenError(ctx context.Context, param string, err error) er
 	switch {
 	case expired(err):
 		return positionExpired(param, "the position is older than what can be resumed (the oplog, or the snapshot history, no longer holds it): start again without since")
+	case errors.Is(err, errSwitchExpired):
+		return positionExpired(param, "the view was rebuilt since this position, and the new generation does not follow on from it: start again without since")
 	case errors.Is(err, errShuttingDown):
 		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the server is shutting down").withHeader("Retry-After", "1")
 	}
@@ -768,6 +855,8 @@ func (st *watchStream) disconnect(err error) {
 	switch {
 	case expired(err):
 		code, msg, reason = CodePositionExpired, "the stream's position is no longer resumable: start again without since", "expired"
+	case errors.Is(err, errSwitchExpired):
+		code, msg, reason = CodePositionExpired, "the view was rebuilt, and its new generation does not follow on from the one this stream read: start again without since", "expired"
 	case errors.Is(err, errShuttingDown):
 		msg, reason = "the server is shutting down: resume with Last-Event-ID", "shutdown"
 	case errors.Is(err, errCollectionGone):

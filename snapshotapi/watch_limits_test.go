@@ -180,12 +180,13 @@ func TestWatchPositionExpired(t *testing.T) {
 	assert.Equal(t, "position_expired", r.errorCode(t))
 	assert.Contains(t, string(r.body), "without since")
 
-	t.Run("from before a rebuild", func(t *testing.T) {
+	t.Run("from a generation a rebuild dropped", func(t *testing.T) {
 		r := a.get("/v1/views/orders")
 		pos := r.Header.Get("Jetbus-Position")
 		_, err := db.Collection(snapshotapi.ProjectionsCollection).InsertOne(context.Background(),
 			bson.D{{Key: "_id", Value: "orders-view"}, {Key: "generation", Value: 2}, {Key: "collection", Value: "orders-g2"}, {Key: "group", Value: "orders-view-g2"}})
 		require.NoError(t, err)
+		require.NoError(t, db.Collection("orders").Drop(context.Background())) // the grace period is over
 		eventually(t, func() bool {
 			_, r := a.openWatch("/v1/views/orders?watch=true&since=" + pos)
 			return r.Response != nil && r.StatusCode == 410 && strings.Contains(string(r.body), "rebuilt")
