@@ -45,6 +45,9 @@ const (
 	DefaultCacheBytes     = 32 << 20
 	DefaultMaxWaits       = 1024
 	DefaultMaxPageBytes   = 4 << 20
+	DefaultMaxWatchers    = 4096
+	DefaultWatchBuffer    = 1024
+	DefaultKeepAlive      = 15 * time.Second
 	DefaultScopeClaim     = "views"
 	DefaultJWTLeeway      = 30 * time.Second
 	// MinCursorKeyBytes is the shortest Config.CursorKey accepted.
@@ -58,7 +61,7 @@ const (
 )
 
 // Reserved query parameters: no filter field may be named like one.
-var reservedParams = []string{"order", "limit", "cursor", "after", "wait", "meta", "at"}
+var reservedParams = []string{"order", "limit", "cursor", "after", "wait", "meta", "at", "watch", "since", "ticket"}
 
 var (
 	viewNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -170,6 +173,23 @@ type Config struct {
 	// DefaultMaxPageBytes): a page that would hold more ends early, with its next link, but
 	// always holds one document.
 	MaxPageBytes int
+	// MaxWatchers bounds the watches (?watch=true) streaming at once (default
+	// DefaultMaxWatchers); one more gets 503 unavailable with Retry-After.
+	MaxWatchers int
+	// WatchBuffer bounds the keys whose changes a watch holds for a client that reads more
+	// slowly than they come (default DefaultWatchBuffer): a key's newer change replaces
+	// the one waiting; past the bound the client is disconnected with an overflow event,
+	// and resumes with Last-Event-ID.
+	WatchBuffer int
+	// KeepAlive is how often an idle watch sends a comment (default DefaultKeepAlive).
+	KeepAlive time.Duration
+	// TicketTTL is how long a ticket (POST /v1/tickets) is accepted by a watch (default
+	// DefaultTicketTTL).
+	TicketTTL time.Duration
+	// SwitchTimeout bounds how long a watch waits, after a rebuild's switch, for the new
+	// generation to catch up with the one it was reading (default DefaultSwitchTimeout);
+	// then it ends with position_expired.
+	SwitchTimeout time.Duration
 }
 
 // Validate reports whether c is usable; errors wrap ErrInvalidConfig and name the field.
@@ -244,8 +264,9 @@ func (c Config) Validate() error {
 	if c.MaxWait > 0 && c.DefaultWait > c.MaxWait {
 		return fmt.Errorf("%w: DefaultWait %s exceeds MaxWait %s", ErrInvalidConfig, c.DefaultWait, c.MaxWait)
 	}
-	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 || c.MaxPageBytes < 0 {
-		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits and MaxPageBytes may not be negative", ErrInvalidConfig)
+	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 || c.MaxPageBytes < 0 ||
+		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.KeepAlive < 0 || c.TicketTTL < 0 || c.SwitchTimeout < 0 {
+		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer, KeepAlive, TicketTTL and SwitchTimeout may not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -380,6 +401,21 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPageBytes == 0 {
 		c.MaxPageBytes = DefaultMaxPageBytes
+	}
+	if c.MaxWatchers == 0 {
+		c.MaxWatchers = DefaultMaxWatchers
+	}
+	if c.WatchBuffer == 0 {
+		c.WatchBuffer = DefaultWatchBuffer
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = DefaultKeepAlive
+	}
+	if c.TicketTTL == 0 {
+		c.TicketTTL = DefaultTicketTTL
+	}
+	if c.SwitchTimeout == 0 {
+		c.SwitchTimeout = DefaultSwitchTimeout
 	}
 	if c.JWT.ScopeClaim == "" {
 		c.JWT.ScopeClaim = DefaultScopeClaim

@@ -14,6 +14,7 @@
 //
 //	GET|HEAD /v1/views/{view}/{key}   one document (?meta=1 adds _v and _ts; ?at=T its state at T)
 //	GET|HEAD /v1/views/{view}         a page: ?<field>=<op>.<value>… &order=<field>.<asc|desc> &limit=N &cursor=…
+//	GET /v1/views/{view}?watch=true   the list watched, as Server-Sent Events: ?<field>=<op>.<value>… &since=<position>
 //	GET|HEAD /v1/topics/{topic}/keys/{key}   the key's last event in a keyed topic's stream (?at=T: its last at or before T)
 //	GET|HEAD /openapi.json            the OpenAPI 3.1 document (public)
 //
@@ -68,6 +69,25 @@
 //     once a second); without it, it polls (2 ms doubling to 50 ms). At most
 //     Config.MaxWaits requests wait at once (503 unavailable beyond). The read that follows
 //     goes to MongoDB, not to the cache.
+//   - Positions: a list answers with the position it reflects (Jetbus-Position), a watch
+//     names each message by one (its id). A position is a cluster time of the view's live
+//     collection and how many of its changes at that time it covers, sealed like a cursor
+//     (position.go): valid on every replica, since all read one oplog. The list's is the
+//     operationTime of the majority read that resolved the live collection just before
+//     the page was read, so the page reflects at least every change up to it.
+//   - Watches (watch.go): a snapshot read (readConcern snapshot, one cluster time), synced,
+//     then the changes of a change stream on the live collection (fullDocument:
+//     updateLookup) started right after (startAtOperationTime). Each message carries the
+//     version its change wrote and no other (changes.go), so resuming at its id misses
+//     nothing and repeats nothing; a position the oplog no longer holds is a 410
+//     position_expired. One stream per collection per process (a hub, hub.go) serves every
+//     watch; each watch has a buffer of Config.WatchBuffer keys that coalesces a slow
+//     client's changes (a key's latest replaces its waiting one) and is disconnected with
+//     an overflow event once it falls behind what the hub keeps. Filters are applied to
+//     changed documents in memory, as MongoDB applies them (match.go). Config.MaxWatchers
+//     bound the watches; each write has Config.RequestTimeout to complete. After a
+//     rebuild's switch a watch moves to the new generation by comparing both at one
+//     cluster time (switch.go), without a gap and without going back on a key.
 //   - The live collection of a view comes from jetbus_projections (after a rebuild), cached
 //     for at most a second, one query at a time per view.
 //   - A document cache (Config.CacheBytes, LRU) answers repeated and conditional reads by

@@ -16,8 +16,10 @@ var ErrInvalidConfig = fmt.Errorf("snapshotapi: %w", jetbus.ErrInvalidConfig)
 const (
 	CodeBadQuery         = "bad_query"           // 400: a parameter the grammar refuses (details.param, details.reason)
 	CodeBadCursor        = "bad_cursor"          // 400: a cursor that is not one this API issued for this query
+	CodeBadPosition      = "bad_position"        // 400: a position (since, Last-Event-ID) that is not one this API issued
 	CodeBadKey           = "bad_key"             // 400: a key no event can have (empty, too long, control characters)
 	CodeBadHeader        = "bad_header"          // 400: a malformed If-Match or If-None-Match
+	CodeBadBody          = "bad_body"            // 400, 415: a request body that is not what the route reads (POST /v1/tickets)
 	CodeQueryTooLong     = "query_too_long"      // 400: a query string over the limit
 	CodeUnauthorized     = "unauthorized"        // 401: no, an invalid or an expired token
 	CodeForbidden        = "forbidden"           // 403: a valid token without the view in its scope
@@ -25,6 +27,8 @@ const (
 	CodeUnknownView      = "unknown_view"        // 404: the view is not declared
 	CodeUnknownTopic     = "unknown_topic"       // 404: the topic is not served (Config.Topics) or has no stream
 	CodeMethodNotAllowed = "method_not_allowed"  // 405
+	CodeNotAcceptable    = "not_acceptable"      // 406: a watch whose Accept excludes text/event-stream
+	CodePositionExpired  = "position_expired"    // 410: a position (since, Last-Event-ID) older than what can be resumed: start again without it
 	CodePrecondition     = "precondition_failed" // 412: If-Match or If-Unmodified-Since did not hold
 	CodeBodyTooLarge     = "body_too_large"      // 413
 	CodeNoHistory        = "no_history"          // 422: ?at= on a view whose projection keeps no history
@@ -36,6 +40,9 @@ const (
 	CodeUnavailable      = "unavailable"         // 503: MongoDB did not answer (Retry-After)
 	CodeTimeout          = "timeout"             // 503: the request ran out of time (Retry-After)
 	CodeInternal         = "internal"            // 500: a fault of this server, never of the request
+	// CodeOverflow is the code of a watch's overflow event (not an HTTP status): the client
+	// read more slowly than the view changed, past Config.WatchBuffer.
+	CodeOverflow = "overflow"
 )
 
 // apiError is an HTTP error in the API's shape.

@@ -143,16 +143,32 @@ func (s *Server) serveAt(c echo.Context, v *view, live liveState, key string, rp
 	return s.serveDoc(c, v, live, docRep{raw: rec.doc, id: key, version: rec.version, hasV: rec.hasV, ts: rec.ts, hasTS: rec.hasTS}, rp.meta, gz)
 }
 
-// getList serves GET and HEAD /v1/views/{view}.
+// getList serves GET and HEAD /v1/views/{view}, and watches of it.
 func (s *Server) getList(c echo.Context) error {
+	r := c.Request()
+	if watchQuery(r.URL.RawQuery) {
+		if params, e := splitQuery(r.URL.RawQuery, s.cfg.MaxQueryBytes); e == nil {
+			if watch, _ := isWatch(params); watch {
+				v, e := s.watchedView(c, params)
+				if e != nil {
+					return e
+				}
+				return s.watch(c, v, params)
+			}
+		}
+	}
 	v, e := s.viewOf(c)
 	if e != nil {
 		return e
 	}
-	r := c.Request()
 	params, e := splitQuery(r.URL.RawQuery, s.cfg.MaxQueryBytes)
 	if e != nil {
 		return e
+	}
+	if watch, e := isWatch(params); e != nil {
+		return e
+	} else if watch {
+		return s.watch(c, v, params)
 	}
 	lp, e := parseListParams(params, v, s.cfg.MaxWait)
 	if e != nil {
@@ -237,6 +253,11 @@ func (s *Server) getList(c echo.Context) error {
 	h := c.Response().Header()
 	cacheHeaders(h, v.cacheControl)
 	h.Set("ETag", val.etag)
+	if !live.at.IsZero() {
+		// The page reflects at least every change up to live.at: resolved by a majority read
+		// that ended before the page was read.
+		h.Set(PositionHeader, s.positions.encode(allAt(v.Database, live.collection, live.at)))
+	}
 	if stop, err := s.conditional(c, routeList, val); stop || err != nil {
 		return err
 	}

@@ -58,15 +58,19 @@ func slimView(db string) snapshotapi.View {
 
 // api is a Server under test behind a real HTTP server, with the MongoDB commands it sent.
 type api struct {
-	t      *testing.T
-	srv    *snapshotapi.Server
-	http   *httptest.Server
-	db     *mongo.Database // the test's own client, for writing views
-	reg    *prometheus.Registry
-	mu     sync.Mutex
-	finds  []bson.Raw // filters of the find commands the API sent
-	doc    *openapi3.T
-	noSpec bool
+	t     *testing.T
+	srv   *snapshotapi.Server
+	http  *httptest.Server
+	slow  *httptest.Server // the API on sockets with small send buffers (rawConn)
+	db    *mongo.Database  // the test's own client, for writing views
+	reg   *prometheus.Registry
+	mu    sync.Mutex
+	finds []bson.Raw // filters of the find commands the API sent
+	// streams are the collections of the change streams the API opened (aggregate with
+	// $changeStream; "" for a database's).
+	streams []string
+	doc     *openapi3.T
+	noSpec  bool
 }
 
 // apiOpt changes the Config or Deps of an API under test.
@@ -80,16 +84,31 @@ func withConfig(f func(*snapshotapi.Config)) apiOpt {
 // newAPI serves the orders and slim views of a fresh database; run starts the cache.
 func newAPI(t *testing.T, run bool, opts ...apiOpt) *api {
 	t.Helper()
-	db := embeddedtest.Mongo(t)
+	return newAPIAt(t, embeddedtest.MongoURI(t), embeddedtest.Mongo(t), run, opts...)
+}
+
+// newAPIAt is newAPI on the deployment at uri, writing views with db.
+func newAPIAt(t *testing.T, uri string, db *mongo.Database, run bool, opts ...apiOpt) *api {
+	t.Helper()
 	a := &api{t: t, db: db, reg: prometheus.NewRegistry()}
 	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName == "find" {
+		switch e.CommandName {
+		case "find":
 			a.mu.Lock()
 			a.finds = append(a.finds, append(bson.Raw(nil), e.Command.Lookup("filter").Document()...))
 			a.mu.Unlock()
+		case "aggregate":
+			if st, err := e.Command.Lookup("pipeline").Array().IndexErr(0); err == nil {
+				if _, err := st.Document().LookupErr("$changeStream"); err == nil {
+					coll, _ := e.Command.Lookup("aggregate").StringValueOK()
+					a.mu.Lock()
+					a.streams = append(a.streams, coll)
+					a.mu.Unlock()
+				}
+			}
 		}
 	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(embeddedtest.MongoURI(t)).SetMonitor(mon).SetAppName(apiAppName))
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetMonitor(mon).SetAppName(apiAppName))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	cfg := snapshotapi.Config{Views: []snapshotapi.View{ordersView(db.Name()), slimView(db.Name())}, CursorKey: testKey}
@@ -111,6 +130,19 @@ func newAPI(t *testing.T, run bool, opts ...apiOpt) *api {
 	a.http = httptest.NewServer(a.srv)
 	t.Cleanup(a.http.Close)
 	return a
+}
+
+// streamsOn counts the change streams the API opened on coll.
+func (a *api) streamsOn(coll string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, c := range a.streams {
+		if c == coll {
+			n++
+		}
+	}
+	return n
 }
 
 // findCount is the number of find commands sent so far.

@@ -17,6 +17,10 @@ import (
 //	snapshotapi_request_duration_seconds{route}        latency
 //	snapshotapi_conditional_requests_total{route,result}  requests with a validator: not_modified, modified or failed (412)
 //	snapshotapi_cache_lookups_total{result}            document cache: hit, miss, bypass (after=, or the cache not live)
+//	snapshotapi_watchers{view}                         watches streaming
+//	snapshotapi_watch_streams                          MongoDB change streams open for watches: one per watched collection, and one per watch catching up
+//	snapshotapi_watch_events_total{view,event}         events sent to watches: upsert, delete, synced
+//	snapshotapi_watch_ends_total{view,reason}          watches the server ended: overflow, stalled (a write past its deadline), expired, unavailable, shutdown
 //
 // The 304 ratio is snapshotapi_conditional_requests_total{result="not_modified"} over the
 // sum of that metric, or over snapshotapi_requests_total for the share of all requests.
@@ -25,6 +29,10 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	conditional *prometheus.CounterVec
 	cache       *prometheus.CounterVec
+	watchers    *prometheus.GaugeVec
+	streams     prometheus.Gauge
+	watchEvents *prometheus.CounterVec
+	watchEnds   *prometheus.CounterVec
 	// The series already resolved, so that the hot paths skip the vectors' label hashing
 	// (and boxing keys into interfaces).
 	mu                sync.RWMutex
@@ -52,11 +60,21 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "Snapshot API requests carrying a validator, by result: not_modified (304), modified (200), failed (412)."}, []string{"route", "result"}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_cache_lookups_total",
 			Help: "Document cache lookups: hit, miss, bypass."}, []string{"result"}),
+		watchers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "snapshotapi_watchers",
+			Help: "Watches (?watch=true) streaming, by view."}, []string{"view"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapshotapi_watch_streams",
+			Help: "MongoDB change streams open for watches: one per watched collection, and one per watch catching up."}),
+		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_watch_events_total",
+			Help: "Events sent to watches, by view and event (upsert, delete, synced)."}, []string{"view", "event"}),
+		watchEnds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_watch_ends_total",
+			Help: "Watches the server ended, by view and reason: overflow, stalled, expired, unavailable, shutdown."}, []string{"view", "reason"}),
 	}
 	// Several Servers in one process share the families.
 	if err := errors.Join(
 		promreg.Register(r, &m.requests), promreg.Register(r, &m.duration),
 		promreg.Register(r, &m.conditional), promreg.Register(r, &m.cache),
+		promreg.Register(r, &m.watchers), promreg.Register(r, &m.streams),
+		promreg.Register(r, &m.watchEvents), promreg.Register(r, &m.watchEnds),
 	); err != nil {
 		return nil, err
 	}
@@ -67,7 +85,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 
 var codeText = func() map[int]string {
 	m := map[int]string{}
-	for _, c := range []int{200, 304, 400, 401, 403, 404, 405, 412, 413, 422, 431, 500, 503} {
+	for _, c := range []int{200, 201, 304, 400, 401, 403, 404, 405, 406, 410, 412, 413, 415, 422, 431, 500, 503} {
 		m[c] = strconv.Itoa(c)
 	}
 	return m
@@ -124,5 +142,55 @@ func (m *metrics) cacheLookup(result string) {
 		m.miss.Inc()
 	default:
 		m.bypass.Inc()
+	}
+}
+
+// watchSeries are one view's watch metrics, resolved once per watch.
+type watchSeries struct {
+	watchers                prometheus.Gauge
+	upserts, deletes, synce prometheus.Counter
+	m                       *metrics
+	view                    string
+}
+
+func (m *metrics) watch(view string) *watchSeries {
+	if m == nil {
+		return nil
+	}
+	return &watchSeries{m: m, view: view, watchers: m.watchers.WithLabelValues(view),
+		upserts: m.watchEvents.WithLabelValues(view, "upsert"), deletes: m.watchEvents.WithLabelValues(view, "delete"),
+		synce: m.watchEvents.WithLabelValues(view, "synced")}
+}
+
+func (w *watchSeries) started() {
+	if w != nil {
+		w.watchers.Inc()
+	}
+}
+
+func (w *watchSeries) stopped() {
+	if w != nil {
+		w.watchers.Dec()
+	}
+}
+
+func (w *watchSeries) sent(upserts, deletes, synced int) {
+	if w == nil {
+		return
+	}
+	w.upserts.Add(float64(upserts))
+	w.deletes.Add(float64(deletes))
+	w.synce.Add(float64(synced))
+}
+
+func (w *watchSeries) ended(reason string) {
+	if w != nil {
+		w.m.watchEnds.WithLabelValues(w.view, reason).Inc()
+	}
+}
+
+func (m *metrics) streamOpened(n int) {
+	if m != nil {
+		m.streams.Add(float64(n))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -95,8 +96,8 @@ type obj = map[string]any
 
 func ref(to string) obj { return obj{"$ref": "#/components/" + to} }
 
-var errorCodes = []string{CodeBadQuery, CodeBadCursor, CodeBadKey, CodeBadHeader, CodeQueryTooLong, CodeUnauthorized,
-	CodeForbidden, CodeNotFound, CodeUnknownView, CodeUnknownTopic, CodeMethodNotAllowed, CodePrecondition, CodeBodyTooLarge, CodeNoHistory,
+var errorCodes = []string{CodeBadQuery, CodeBadCursor, CodeBadPosition, CodeBadKey, CodeBadHeader, CodeBadBody, CodeQueryTooLong, CodeUnauthorized,
+	CodeForbidden, CodeNotFound, CodeUnknownView, CodeUnknownTopic, CodeMethodNotAllowed, CodeNotAcceptable, CodePositionExpired, CodePrecondition, CodeBodyTooLarge, CodeNoHistory,
 	CodeHistoryExpired, CodeNotKeyed, CodeNotJSON, CodeHeadersTooLarge, CodeNotApplied, CodeUnavailable, CodeTimeout, CodeInternal}
 
 func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
@@ -121,6 +122,9 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 		"Link":             obj{"description": "RFC 8288 link to the next page (rel=\"next\"), when there is one.", "schema": obj{"type": "string"}},
 		"Retry-After":      obj{"description": "Seconds to wait before trying again.", "schema": obj{"type": "string"}},
 		"WWW-Authenticate": obj{"description": "RFC 6750 bearer challenge.", "schema": obj{"type": "string"}},
+		PositionHeader: obj{"description": "The position in the view's changes this page reflects at least (opaque, URL-safe, valid on any replica): " +
+			"watch the view with since=<it> to get every change after it. Changes just before the page was read may come again: keep the greater _v.",
+			"schema": obj{"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}},
 	}
 	errResp := func(desc string, hdrs ...string) obj {
 		r := obj{"description": desc, "content": obj{"application/json": obj{"schema": ref("schemas/Error")}}}
@@ -141,7 +145,9 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 		"PreconditionFailed": errResp("If-Match or If-Unmodified-Since did not hold: precondition_failed."),
 		"Unprocessable":      errResp("The read cannot be answered: no_history, history_expired (views' at=), not_keyed, not_json (topics)."),
 		"Unavailable":        errResp("after= not reached within wait (not_applied, with how far behind), or MongoDB unavailable or slow: unavailable, timeout.", "Retry-After"),
-		"Error":              errResp("Any other error (405, 413, 431, 500), in the same shape."),
+		"Error":              errResp("Any other error (405, 413, 415, 431, 500), in the same shape."),
+		"NotAcceptable":      errResp("A watch whose Accept excludes text/event-stream: not_acceptable."),
+		"Gone":               errResp("A watch's position (since, Last-Event-ID) is older than what can be resumed — the oplog or the snapshot history no longer holds it, or the view was rebuilt since: position_expired. Start again without since."),
 		"NotModified": obj{"description": "The representation matches If-None-Match (or If-Modified-Since).",
 			"headers": obj{"ETag": ref("headers/ETag"), "Cache-Control": ref("headers/Cache-Control")}},
 	}
@@ -149,6 +155,15 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 		"meta":  obj{"name": "meta", "in": "query", "description": "1 or true adds the internal fields _v (version) and _ts (event time).", "schema": obj{"type": "string", "enum": []string{"1", "true", "0", "false"}}},
 		"after": obj{"name": "after", "in": "query", "description": "Read-your-writes: answer once the view has applied these positions, <partition>:<seq>[,…], as Publish and ingress return them; else 503 not_applied.", "schema": obj{"type": "string", "pattern": `^[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*$`}},
 		"wait": obj{"name": "wait", "in": "query", "description": "How long after= may wait (a duration such as 2s; default " + s.cfg.DefaultWait.String() + ", at most " + s.cfg.MaxWait.String() + ").",
+			"schema": obj{"type": "string"}},
+		"watch": obj{"name": "watch", "in": "query", "description": "true (with GET and Accept: text/event-stream) watches the list: its filtered documents in key order (event: upsert), " +
+			"then event: synced, then every change after it, as Server-Sent Events. A watch takes filters, since, meta and ticket, not order, limit, cursor, after or wait.",
+			"schema": obj{"type": "string", "enum": []string{"true", "1", "false", "0"}}},
+		"since": obj{"name": "since", "in": "query", "description": "A watch's start: a position (a message's id, synced's, or a list's Jetbus-Position); only the changes after it come. Last-Event-ID wins over it. " +
+			"One older than what can be resumed is a 410.", "schema": obj{"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}},
+		"ticket": obj{"name": "ticket", "in": "query", "description": "A watch's credentials for a browser's EventSource, which cannot send Authorization: a ticket from POST /v1/tickets. Never a bearer token.",
+			"schema": obj{"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}},
+		"Last-Event-ID": obj{"name": "Last-Event-ID", "in": "header", "description": "A reconnecting watch's start, as EventSource sends it: the id of the last message received (wins over since).",
 			"schema": obj{"type": "string"}},
 		"If-None-Match":       obj{"name": "If-None-Match", "in": "header", "description": "Entity tags (or *): 304 when one matches (weak comparison).", "schema": obj{"type": "string"}},
 		"If-Match":            obj{"name": "If-Match", "in": "header", "description": "Entity tags (or *): 412 unless one matches (strong comparison).", "schema": obj{"type": "string"}},
@@ -170,6 +185,10 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 				m[c] = ref("responses/Forbidden")
 			case "404":
 				m[c] = ref("responses/NotFound")
+			case "406":
+				m[c] = ref("responses/NotAcceptable")
+			case "410":
+				m[c] = ref("responses/Gone")
 			case "412":
 				m[c] = ref("responses/PreconditionFailed")
 			case "422":
@@ -181,9 +200,10 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 		m["default"] = ref("responses/Error")
 		return m
 	}
-	var security []any
+	var security, listSecurity []any
 	if secured {
 		security = []any{obj{"bearer": []string{}}}
+		listSecurity = []any{obj{"bearer": []string{}}, obj{"ticket": []string{}}}
 	}
 	paths := obj{}
 	for _, v := range s.order {
@@ -233,6 +253,7 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 			obj{"name": "cursor", "in": "query", "description": "The next cursor of the previous page (opaque; only for the same filters and order).", "schema": obj{"type": "string"}},
 			ref("parameters/meta"), ref("parameters/after"), ref("parameters/wait"),
 			ref("parameters/If-None-Match"), ref("parameters/If-Match"),
+			ref("parameters/watch"), ref("parameters/since"), ref("parameters/ticket"), ref("parameters/Last-Event-ID"),
 		}
 		for _, f := range v.filterNames {
 			t := v.Filters[f]
@@ -244,10 +265,19 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 				"description": "Filter on " + f + " (" + string(t) + "): <op>.<value>, op one of " + ops + "; in.(a,b,\"c,d\"). Repeat for several conditions (all must hold).",
 				"schema":      obj{"type": "array", "items": obj{"type": "string", "pattern": `^(eq|ne|gt|gte|lt|lte|in|prefix)\.`}}})
 		}
-		listOK := errRefs("304", "400", "401", "403", "404", "412", "503")
-		listOK["200"] = obj{"description": "A page of documents.",
-			"headers": obj{"ETag": ref("headers/ETag"), "Link": ref("headers/Link"), "Cache-Control": ref("headers/Cache-Control")},
-			"content": obj{"application/json": obj{"schema": ref("schemas/List." + v.Name)}}}
+		listOK := errRefs("304", "400", "401", "403", "404", "406", "410", "412", "503")
+		listOK["200"] = obj{"description": "A page of documents; or, with watch=true, the list watched (text/event-stream).",
+			"headers": obj{"ETag": ref("headers/ETag"), "Link": ref("headers/Link"), "Cache-Control": ref("headers/Cache-Control"), PositionHeader: ref("headers/" + PositionHeader)},
+			"content": obj{
+				"application/json": obj{"schema": ref("schemas/List." + v.Name)},
+				"text/event-stream": obj{"schema": obj{"type": "string", "description": watchDescription(s.cfg.KeepAlive)},
+					"x-events": obj{"upsert": ref("schemas/WatchUpsert." + v.Name), "delete": ref("schemas/WatchDelete"),
+						"synced": ref("schemas/WatchSynced"), "overflow": ref("schemas/Error"), "disconnect": ref("schemas/Error")}},
+			}}
+		schemas["WatchUpsert."+v.Name] = obj{"type": "object", "required": []string{"key", "v", "doc"}, "additionalProperties": false,
+			"description": "The data of event: upsert: a document that is (now) in the watched list.",
+			"properties": obj{"key": obj{"type": "string"}, "v": obj{"type": "integer", "description": "The version (_v); a key's versions only increase."},
+				"doc": ref("schemas/View." + v.Name)}}
 		listOp := func(head bool) obj {
 			op := obj{"operationId": "list_" + v.Name, "summary": "A page of view " + v.Name + ", filtered and ordered.",
 				"tags": []string{v.Name}, "parameters": listParams, "responses": listOK}
@@ -257,11 +287,38 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 			}
 			if secured {
 				op["security"] = security
+				if !head {
+					op["security"] = listSecurity
+				}
 			}
 			return op
 		}
 		paths["/v1/views/"+v.Name] = obj{"get": listOp(false), "head": listOp(true)}
 	}
+	schemas["WatchDelete"] = obj{"type": "object", "required": []string{"key"}, "additionalProperties": false,
+		"description": "The data of event: delete: the key left the watched list — deleted (v: the tombstone's version), no longer matching the filters (v: the version that made it leave), or removed from the collection (no v: its versions start again).",
+		"properties":  obj{"key": obj{"type": "string"}, "v": obj{"type": "integer"}}}
+	schemas["WatchSynced"] = obj{"type": "object", "description": "The data of event: synced ({}): the documents before it are the list at its id's position."}
+	schemas["TicketRequest"] = obj{"type": "object", "required": []string{"views"}, "additionalProperties": false,
+		"properties": obj{"views": obj{"type": "array", "minItems": 1, "items": obj{"type": "string"}, "description": "The views the ticket may watch; the token must may read each."}}}
+	schemas["Ticket"] = obj{"type": "object", "required": []string{"ticket", "views", "expires"}, "additionalProperties": false,
+		"properties": obj{
+			"ticket":  obj{"type": "string", "description": "Opaque; pass it as ?ticket= to a watch of one of its views."},
+			"views":   obj{"type": "array", "items": obj{"type": "string"}},
+			"expires": obj{"type": "string", "format": "date-time", "description": "After this no watch opens with it (" + s.cfg.TicketTTL.String() + " after it was issued); a stream it opened goes on."},
+		}}
+	ticketOp := obj{"operationId": "create_ticket", "summary": "A short-lived ticket to watch views from a browser (EventSource cannot send Authorization).",
+		"tags":        []string{"watch"},
+		"requestBody": obj{"required": true, "content": obj{"application/json": obj{"schema": ref("schemas/TicketRequest")}}},
+		"responses": func() obj {
+			r := errRefs("400", "401", "403", "404")
+			r["201"] = obj{"description": "The ticket.", "content": obj{"application/json": obj{"schema": ref("schemas/Ticket")}}}
+			return r
+		}()}
+	if secured {
+		ticketOp["security"] = []any{obj{"bearer": []string{}}}
+	}
+	paths[routeTickets] = obj{"post": ticketOp}
 	for _, t := range s.cfg.Topics {
 		s.topicPaths(paths, schemas, t, payloads[TopicScope(t)], errRefs("304", "400", "401", "403", "404", "412", "422", "503"), condParams, security)
 	}
@@ -274,13 +331,16 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 	components := obj{"schemas": schemas, "responses": responses, "parameters": params, "headers": headers}
 	if secured {
 		components["securitySchemes"] = obj{"bearer": obj{"type": "http", "scheme": "bearer",
-			"description": "A static token from the configuration, or a JWT whose scope claim lists the views."}}
+			"description": "A static token from the configuration, or a JWT whose scope claim lists the views."},
+			"ticket": obj{"type": "apiKey", "in": "query", "name": "ticket",
+				"description": "A ticket from POST /v1/tickets: accepted by watches (watch=true) of its views only."}}
 	}
 	doc := obj{
 		"openapi": "3.1.0",
 		"info": obj{"title": "jetbus snapshot API", "version": "1",
 			"description": "Materialized views of jetbus topics, read-only. Errors are {\"error\":{\"code\",\"message\",\"details\"}}. " +
-				"Responses carry strong ETags; If-None-Match answers 304. Lists page with an opaque cursor and Link rel=\"next\"."},
+				"Responses carry strong ETags; If-None-Match answers 304. Lists page with an opaque cursor and Link rel=\"next\", and carry the position they reflect (Jetbus-Position); " +
+				"with watch=true a list streams its documents, then every change, as Server-Sent Events (docs/views.md, \"Watching a view\")."},
 		"paths":      paths,
 		"components": components,
 	}
@@ -456,4 +516,15 @@ func (s *Server) topicPaths(paths, schemas obj, topic string, ver *schema.Versio
 		return o
 	}
 	paths["/v1/topics/"+topic+"/keys/{key}"] = obj{"get": op(false), "head": op(true)}
+}
+
+// watchDescription describes a watch's event stream in /openapi.json.
+func watchDescription(keepAlive time.Duration) string {
+	return "Server-Sent Events. Each message: `id: <position>` (opaque, URL-safe, valid on any replica), " +
+		"`event: upsert` or `event: delete`, and one `data:` line, a JSON object {\"key\", \"v\", \"doc\"} (x-events names the schema of each event): " +
+		"doc rendered as GET /v1/views/{view}/{key} renders it, and none for a delete. Without since (or Last-Event-ID) the stream starts with the list's documents in key order " +
+		"(upsert), then `event: synced` whose id is the position they reflect, then the changes after it. Per key the versions (v) only increase; a slow client gets the latest " +
+		"version of a key it has not received yet. A comment `: keep-alive` comes at least every " + keepAlive.String() + " (it may carry an id: the position reached). " +
+		"`event: overflow` (the client fell too far behind) and `event: disconnect` (the server stops, or the stream cannot go on) end the stream, their data in the error shape: " +
+		"resume with Last-Event-ID, or, for position_expired, start again without it."
 }

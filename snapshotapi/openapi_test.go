@@ -79,6 +79,30 @@ func TestOpenAPIDocument(t *testing.T) {
 		assert.Subset(t, names, []string{"status", "total", "paid", "created", "customer.id", "rank", "order", "limit", "cursor"})
 	})
 
+	t.Run("a watch: the event stream, its events, 410, and tickets", func(t *testing.T) {
+		list := spec.Paths.Find("/v1/views/orders").Get
+		ok := list.Responses.Value("200").Value
+		es := ok.Content["text/event-stream"]
+		require.NotNil(t, es, "the list's 200 may be an event stream")
+		assert.Contains(t, es.Schema.Value.Description, "event: synced")
+		events := es.Extensions["x-events"].(map[string]any)
+		assert.Equal(t, "#/components/schemas/WatchUpsert.orders", events["upsert"].(map[string]any)["$ref"])
+		assert.NotNil(t, list.Responses.Value("410"))
+		assert.NotNil(t, list.Responses.Value("406"))
+		assert.NotNil(t, ok.Headers["Jetbus-Position"])
+		var names []string
+		for _, p := range list.Parameters {
+			names = append(names, p.Value.Name)
+		}
+		assert.Subset(t, names, []string{"watch", "since", "ticket", "Last-Event-ID"})
+		upsert := spec.Components.Schemas["WatchUpsert.orders"].Value
+		assert.Equal(t, "#/components/schemas/View.orders", upsert.Properties["doc"].Ref)
+		tickets := spec.Paths.Find("/v1/tickets")
+		require.NotNil(t, tickets)
+		require.NotNil(t, tickets.Post)
+		assert.NotNil(t, tickets.Post.Responses.Value("201"))
+	})
+
 	t.Run("responses are validated with the registry's schema and 2020-12", func(t *testing.T) {
 		r := a.get("/v1/views/orders/o1") // validated by the helper
 		require.Equal(t, 200, r.StatusCode, "%s", r.body)

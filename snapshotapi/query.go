@@ -274,6 +274,9 @@ func parseListParams(params []param, v *view, maxWait time.Duration) (listParams
 			lp.cursor = p.value
 		case "at":
 			return lp, badQuery("at", "at reads one key: /v1/views/%s/{key}?at=…", v.Name)
+		case "watch": // false or 0 (isWatch)
+		case "since", "ticket":
+			return lp, badQuery(p.name, "%s is a parameter of a watch: add watch=true", p.name)
 		default:
 			return lp, unknownParam(p.name, v)
 		}

@@ -37,7 +37,7 @@ const (
 
 // Patterns are the http.ServeMux patterns of the API's routes, for mounting its handler
 // beside others.
-var Patterns = []string{"/v1/views/", "/v1/topics/", "/openapi.json"}
+var Patterns = []string{"/v1/views/", "/v1/topics/", "/v1/tickets", "/openapi.json"}
 
 // Schemas is what the Server needs of a schema registry: the latest schema of a topic, for
 // /openapi.json. *schema.Registry has it.
@@ -91,6 +91,10 @@ type Server struct {
 	order   []*view
 	auth    *authorizer
 	cursors cursorCodec
+	// positions seals the positions of views' changes (Jetbus-Position, watch ids).
+	positions positionCodec
+	// tickets seals the tickets of watches (POST /v1/tickets).
+	tickets ticketCodec
 	cache   *docCache
 	known   checkpointKnown
 	waiting atomic.Int64 // requests waiting for ?after=
@@ -101,6 +105,15 @@ type Server struct {
 	now     func() time.Time
 	openapi openAPICache
 	bufs    sync.Pool
+
+	// Watches: the hubs of watched collections, and the watchers streaming.
+	hubsMu      sync.Mutex
+	hubs        map[hubKey]*hub
+	hubsStopped bool
+	hubsCtx     context.Context
+	hubsCancel  context.CancelFunc
+	hubRing     int
+	watchers    atomic.Int64
 }
 
 // New returns the API over cfg's views. It does no I/O.
@@ -135,9 +148,12 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, mongo: deps.Mongo, schemas: deps.Schemas, keys: deps.Keys, topics: map[string]bool{}, views: map[string]*view{},
-		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
+		auth: newAuthorizer(cfg), cursors: newCursorCodec(cfg.CursorKey), positions: newPositionCodec(cfg.CursorKey), tickets: newTicketCodec(cfg.CursorKey), cache: newDocCache(cfg.CacheBytes),
 		metrics: m, log: o.log, tracer: spans.Tracer(o.tp, scope), now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	s.hubs = map[hubKey]*hub{}
+	s.hubRing = hubRing
+	s.hubsCtx, s.hubsCancel = context.WithCancel(context.Background())
 	if s.cache != nil {
 		s.cache.onCheckpoint = func(db, id string) { s.known.wrote(db + "\x00" + id) }
 		s.cache.onRestart = s.known.wroteAll
@@ -162,19 +178,23 @@ func (s *Server) router() *echo.Echo {
 	if len(s.cfg.CORSOrigins) > 0 {
 		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{
 			AllowOrigins:  s.cfg.CORSOrigins,
-			AllowMethods:  []string{http.MethodGet, http.MethodHead},
-			AllowHeaders:  []string{"Authorization", "If-None-Match", "If-Match", "If-Modified-Since", "If-Unmodified-Since"},
-			ExposeHeaders: []string{"ETag", "Last-Modified", "Link", "Retry-After", "WWW-Authenticate", HeaderTraceResponse},
+			AllowMethods:  []string{http.MethodGet, http.MethodHead, http.MethodPost},
+			AllowHeaders:  []string{"Authorization", "If-None-Match", "If-Match", "If-Modified-Since", "If-Unmodified-Since", "Content-Type", "Last-Event-ID"},
+			ExposeHeaders: []string{"ETag", "Last-Modified", "Link", "Retry-After", "WWW-Authenticate", PositionHeader, HeaderTraceResponse},
 			MaxAge:        600,
 		}))
 	}
-	e.Use(middleware.GzipWithConfig(middleware.GzipConfig{Skipper: func(c echo.Context) bool { return !acceptsGzip(c.Request()) }}))
+	e.Use(middleware.GzipWithConfig(middleware.GzipConfig{Skipper: func(c echo.Context) bool {
+		r := c.Request()
+		return !acceptsGzip(r) || watchQuery(r.URL.RawQuery)
+	}}))
 	for _, m := range []string{http.MethodGet, http.MethodHead} {
 		e.Add(m, routeList, s.getList)
 		e.Add(m, routeKey, s.getKey)
 		e.Add(m, routeOpenAPI, s.getOpenAPI)
 		e.Add(m, routeTopicKey, s.getTopicKey)
 	}
+	e.Add(http.MethodPost, routeTickets, s.postTicket)
 	return e
 }
 
@@ -186,9 +206,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Run keeps the document cache live with a change stream on each views' database, until ctx
-// ends; then it returns nil. A deployment without change streams leaves the cache off (it
+// ends; then it ends the watches under way (each told with a disconnect event, so that an
+// HTTP server's shutdown need not wait for them) and returns nil. A deployment without change streams leaves the cache off (it
 // logs why) and Run waits for ctx.
 func (s *Server) Run(ctx context.Context) error {
+	// When Run ends the server stops: watches end (each client is told) so that the HTTP
+	// server's shutdown does not wait for them.
+	defer s.stopHubs()
 	if s.cache == nil {
 		<-ctx.Done()
 		return nil
@@ -313,8 +337,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.As(err, &he):
 		switch he.Code {
 		case http.StatusNotFound:
-			ae = newError(he.Code, CodeNotFound, "no such route: the API serves /v1/views/{view}, /v1/views/{view}/{key}, /v1/topics/{topic}/keys/{key} and /openapi.json")
+			ae = newError(he.Code, CodeNotFound, "no such route: the API serves /v1/views/{view}, /v1/views/{view}/{key}, /v1/topics/{topic}/keys/{key}, /v1/tickets and /openapi.json")
 		case http.StatusMethodNotAllowed:
+			if c.Path() == routeTickets {
+				ae = newError(he.Code, CodeMethodNotAllowed, "POST /v1/tickets issues a ticket; nothing else is served there")
+				break
+			}
 			ae = newError(he.Code, CodeMethodNotAllowed, "the API is read-only: GET and HEAD only")
 		case http.StatusRequestEntityTooLarge:
 			ae = newError(he.Code, CodeBodyTooLarge, "the request body is too large")
@@ -347,11 +375,16 @@ func (s *Server) writeError(c echo.Context, e *apiError) {
 	h.Del("ETag")
 	h.Del("Last-Modified")
 	h.Del("Link")
+	h.Del(PositionHeader)
 	for k, vs := range e.header {
 		h[k] = vs
 	}
 	if e.Status == http.StatusMethodNotAllowed {
-		h.Set("Allow", "GET, HEAD")
+		if c.Path() == routeTickets {
+			h.Set("Allow", "POST")
+		} else {
+			h.Set("Allow", "GET, HEAD")
+		}
 	}
 	h.Set("Cache-Control", "no-store")
 	details := e.Details

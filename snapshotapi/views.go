@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
@@ -38,6 +39,8 @@ type view struct {
 	// cacheHeaders).
 	cacheControl []string
 	db           *mongo.Database
+	// projections is jetbus_projections, read with majority read concern.
+	projections *mongo.Collection
 	// listProjection is the projection of list reads (nil: whole documents).
 	listProjection bson.D
 	live           liveCache
@@ -46,6 +49,7 @@ type view struct {
 func newView(v View, client *mongo.Client) *view {
 	vw := &view{View: v, fields: newFieldSet(v.Fields), tags: viewTag(v), db: client.Database(v.Database),
 		cacheControl: []string{v.CacheControl}[:1:1]}
+	vw.projections = vw.db.Collection(ProjectionsCollection, options.Collection().SetReadConcern(readconcern.Majority()))
 	vw.filterNames = slices.Sorted(maps.Keys(v.Filters))
 	if len(v.Fields) > 0 {
 		p := bson.D{{Key: "_id", Value: 1}, {Key: "_v", Value: 1}, {Key: "_ts", Value: 1}, {Key: "_deleted", Value: 1}}
@@ -81,6 +85,10 @@ func dedupeProjection(p bson.D) bson.D {
 type liveState struct {
 	collection string
 	group      string
+	// at is the cluster time of the majority read that resolved them (zero: unknown): every
+	// change of the view up to it is majority-committed, so a read that starts after the
+	// resolution sees it. It is the position a list reflects at least.
+	at bson.Timestamp
 }
 
 // liveCache resolves a projection's live collection at most once a second, one request at
@@ -133,7 +141,18 @@ func (v *view) fetchLive(ctx context.Context) (liveState, error) {
 		Collection string `bson:"collection"`
 		Group      string `bson:"group"`
 	}
-	err := v.db.Collection(ProjectionsCollection).FindOne(ctx, bson.D{{Key: "_id", Value: v.Projection}}).Decode(&rec)
+	// A majority read in a session of its own: its operationTime is the majority-committed
+	// point it read at (MongoDB answers a majority read with that time), a cluster time up to
+	// which every change is visible to the reads that follow.
+	sess, err := v.db.Client().StartSession()
+	if err != nil {
+		return st, err
+	}
+	defer sess.EndSession(context.WithoutCancel(ctx))
+	err = v.projections.FindOne(mongo.NewSessionContext(ctx, sess), bson.D{{Key: "_id", Value: v.Projection}}).Decode(&rec)
+	if ot := sess.OperationTime(); ot != nil && (err == nil || errors.Is(err, mongo.ErrNoDocuments)) {
+		st.at = *ot
+	}
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return st, nil

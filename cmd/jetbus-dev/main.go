@@ -230,8 +230,9 @@ func nextSteps(o options, cfg *config.Config) string {
 			nats, topic)
 	}
 	for _, v := range cfg.Views {
-		fmt.Fprintf(&b, "  Read the view %s over HTTP:\n    curl -s http://%s/v1/views/%s/o-1\n    curl -s 'http://%s/v1/views/%s?limit=10'\n\n",
-			v.Name, o.projAddr, v.Name, o.projAddr, v.Name)
+		fmt.Fprintf(&b, "  Read the view %s over HTTP:\n    curl -s http://%s/v1/views/%s/o-1\n    curl -s 'http://%s/v1/views/%s?limit=10'\n"+
+			"  and watch it (its documents, then every change, as Server-Sent Events):\n    curl -N 'http://%s/v1/views/%s?watch=true'\n\n",
+			v.Name, o.projAddr, v.Name, o.projAddr, v.Name, o.projAddr, v.Name)
 		break
 	}
 	fmt.Fprintf(&b, "  Operations: http://%s/v1/ops/status and /metrics (bridge), http://%s/v1/ops/status and /metrics (projector)\n",

@@ -65,9 +65,11 @@ type HTTP struct {
 	Addr           string        `yaml:"addr" default:"127.0.0.1:8080" check:"addr" desc:"Listen address (host:port; port 0 picks a free one, logged at start). The default takes connections from this machine only; an address beyond loopback (:8080, 0.0.0.0:8080) needs auth configured, or auth.open." example:":8080"`
 	RequestTimeout time.Duration `yaml:"request_timeout" default:"10s" min:"1" desc:"Longest time one request may take."`
 	MaxConnections int           `yaml:"max_connections" default:"8192" min:"1" desc:"Open connections a process accepts, on all its listeners; one more is answered 503 (Retry-After: 1) and closed (http_refused_total{limit=\"connections\"})."`
-	MaxRequests    int           `yaml:"max_requests" default:"1024" min:"1" desc:"Requests a process serves at once, but /healthz and /readyz; one more is answered 503 (Retry-After: 1) (http_refused_total{limit=\"requests\"})."`
+	MaxRequests    int           `yaml:"max_requests" default:"1024" min:"1" desc:"Requests a process serves at once, but /healthz, /readyz and the snapshot API's watches (max_watchers bounds those); one more is answered 503 (Retry-After: 1) (http_refused_total{limit=\"requests\"})."`
 	IdleTimeout    time.Duration `yaml:"idle_timeout" default:"60s" min:"1" desc:"How long a keep-alive connection may stay idle before it is closed."`
 	MaxWaits       int           `yaml:"max_waits" default:"1024" min:"1" desc:"Snapshot API requests waiting for ?after= at once (woken by the projections' progress, not polling); one more is answered 503 (Retry-After: 1)."`
+	MaxWatchers    int           `yaml:"max_watchers" default:"4096" min:"1" desc:"Snapshot API watches (?watch=true, Server-Sent Events) streaming at once; one more is answered 503 (Retry-After: 1). Watches take no place among max_requests, but each holds a connection (max_connections)."`
+	WatchBuffer    int           `yaml:"watch_buffer" default:"1024" min:"1" desc:"Keys whose changes a watch holds for a client that reads more slowly than they come (a key's newer change replaces the one waiting). A client whose buffer is full and that falls behind the changes the process keeps is disconnected with an overflow event, and resumes with Last-Event-ID."`
 	CORSOrigins    []string      `yaml:"cors_origins" desc:"Origins allowed to call the snapshot API from a browser (\"*\": any)." example:"[https://app.example.com]"`
 	APIAddr        string        `yaml:"api_addr" check:"addr" desc:"A separate listen address for the projector's snapshot API (host:port; port 0 picks a free one, logged at start). Empty (the default): the API is served on addr, beside the operations endpoints." example:"127.0.0.1:8090"`
 	Topics         []string      `yaml:"topics" check:"topic" desc:"Keyed topics whose keys the snapshot API serves from their streams at /v1/topics/{topic}/keys/{key}; each must be declared keyed in topics. A token reads one with the scope topic:<name>." example:"[customers]"`
@@ -196,6 +198,8 @@ type Auth struct {
 	Open   bool    `yaml:"open" desc:"Serve views, /v1/ops/status and /metrics without authentication on an address beyond loopback, on purpose (logged at warn on every start). Without it, a process whose http.addr or http.api_addr is not a loopback address refuses to start unless tokens or jwt are configured. /healthz and /readyz are always open."`
 	Tokens []Token `yaml:"tokens" desc:"Static bearer tokens, each with the views it may read (at least 16 characters)."`
 	JWT    JWT     `yaml:"jwt" desc:"JSON Web Tokens signed with HS256 or RS256; the scope claim lists the views a token may read."`
+	// TicketTTL bounds the tickets browsers watch views with.
+	TicketTTL time.Duration `yaml:"ticket_ttl" default:"5m" min:"1" desc:"How long a ticket from POST /v1/tickets opens watches (?watch=true&ticket=…) of its views: a browser's EventSource cannot send Authorization, and a long-lived token never goes in a URL. A stream outlives its ticket; an EventSource reconnecting after it expired is refused (401) and needs a new ticket (with since=<last id>)."`
 }
 
 // Token is a static bearer token.

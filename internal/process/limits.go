@@ -30,6 +30,10 @@ type Limits struct {
 	RequestTimeout time.Duration
 	// MaxHeaderBytes bounds a request's header.
 	MaxHeaderBytes int
+	// Streams, if set, says which requests are long-lived streams bounded elsewhere (the
+	// snapshot API's watches, by http.max_watchers): they take no place among MaxRequests,
+	// which would otherwise be held for as long as each client stays.
+	Streams func(*http.Request) bool
 }
 
 // Defaults of Limits.
@@ -96,7 +100,7 @@ func newServer(h http.Handler, l Limits, m *httpMetrics) *http.Server {
 	inFlight := make(chan struct{}, l.MaxRequests)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && (l.Streams == nil || !l.Streams(r)) {
 			select {
 			case inFlight <- struct{}{}:
 				defer func() { <-inFlight }()

@@ -52,6 +52,9 @@ type Spec struct {
 	// OpsGuard, if set, wraps /metrics and /v1/ops/status: access control for the
 	// operations endpoints (package wiring sets it from the auth section).
 	OpsGuard func(http.Handler) http.Handler
+	// Streams, if set, tells the long-lived requests of the process's HTTP servers
+	// (Limits.Streams).
+	Streams func(*http.Request) bool
 	// Tracing is the process's OpenTelemetry tracing (package wiring maps the tracing
 	// section; the zero value is off). Run starts it before anything connects and flushes
 	// it last, after every component stopped and everything closed.
@@ -136,6 +139,7 @@ func Run(ctx context.Context, spec Spec) error {
 	reg := ops.NewRegistry()
 	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups), limits: limitsOf(cfg),
 		baggageKeys: spec.BaggageKeys}
+	env.limits.Streams = spec.Streams
 	tp, err := tracing.Start(ctx, spec.Tracing, log)
 	if err != nil {
 		return err

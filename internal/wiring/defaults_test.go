@@ -67,6 +67,8 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"http.max_requests":             {cfg.HTTP.MaxRequests, process.DefaultMaxRequests},
 		"http.idle_timeout":             {cfg.HTTP.IdleTimeout, process.DefaultIdleTimeout},
 		"http.max_waits":                {ac.MaxWaits, snapshotapi.DefaultMaxWaits},
+		"http.max_watchers":             {ac.MaxWatchers, snapshotapi.DefaultMaxWatchers},
+		"http.watch_buffer":             {ac.WatchBuffer, snapshotapi.DefaultWatchBuffer},
 		"topics.partitions":             {tc.Partitions, jetstream.DefaultPartitions},
 		"topics.replicas":               {tc.Replicas, jetstream.DefaultReplicas},
 		"topics.duplicate_window":       {tc.DuplicateWindow, jetstream.DefaultDuplicateWindow},
@@ -102,6 +104,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"views.max_limit":               {view.MaxLimit, snapshotapi.DefaultMaxLimit},
 		"views.cache_control":           {view.CacheControl, snapshotapi.DefaultCacheControl},
 		"auth.jwt.scope_claim":          {ac.JWT.ScopeClaim, snapshotapi.DefaultScopeClaim},
+		"auth.ticket_ttl":               {ac.TicketTTL, snapshotapi.DefaultTicketTTL},
 		"tracing.protocol":              {tr.Protocol, tracing.DefaultProtocol},
 		"tracing.sampler_ratio":         {tr.SamplerRatio, tracing.DefaultSamplerRatio},
 	}

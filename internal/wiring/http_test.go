@@ -157,3 +157,49 @@ func TestConnectionAndRequestBounds(t *testing.T) {
 		return err == nil && r.StatusCode == http.StatusOK
 	}))
 }
+
+// TestWatchesAreBoundedApart: watches (?watch=true) take no place among http.max_requests,
+// which they would hold as long as their clients stay, and are bounded by
+// http.max_watchers instead; when the projector stops, each watch is told and ends, so
+// that the stop does not wait for them.
+func TestWatchesAreBoundedApart(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	uri := embeddedtest.MongoURI(t)
+	p := start(t, wiring.Projector, t.TempDir(), projectorYAML("watches", "max_requests: 1, max_watchers: 2"),
+		"JETBUS_NATS_URLS="+s.ClientURL(), "JETBUS_MONGO_URI="+uri)
+	open := func() (*http.Response, *bufio.Reader) {
+		req, err := http.NewRequest(http.MethodGet, p.base+"/v1/views/orders?watch=true", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+viewToken)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return resp, bufio.NewReader(resp.Body)
+	}
+	var streams []*bufio.Reader
+	for range 2 {
+		resp, br := open()
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		for line, err := br.ReadString('\n'); line != "event: synced\n"; line, err = br.ReadString('\n') {
+			require.NoError(t, err)
+		}
+		streams = append(streams, br)
+	}
+	r, body := get(t, p.base+"/v1/views/orders", viewToken)
+	assert.Equal(t, http.StatusOK, r.StatusCode, "two watches hold no place among max_requests: 1: %s", body)
+	third, _ := open()
+	b, _ := io.ReadAll(third.Body)
+	third.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, third.StatusCode)
+	assert.Contains(t, string(b), "too many watches")
+
+	start := time.Now()
+	require.NoError(t, p.stop())
+	assert.Less(t, time.Since(start), 10*time.Second, "the stop does not wait for the watches")
+	for _, br := range streams {
+		rest, _ := io.ReadAll(br)
+		assert.Contains(t, string(rest), "event: disconnect")
+		assert.Contains(t, string(rest), "shutting down")
+	}
+}

@@ -29,7 +29,7 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 		return process.Spec{}, err
 	}
 	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0, Topics: topics, Groups: listed, Listed: listed,
-		OpsGuard: guard, Tracing: tracingConfig(cfg, "projector"), BaggageKeys: cfg.Tracing.Baggage}
+		OpsGuard: guard, Streams: snapshotapi.IsWatch, Tracing: tracingConfig(cfg, "projector"), BaggageKeys: cfg.Tracing.Baggage}
 	spec.Setup = func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
 		res := &resources{}
 		defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind

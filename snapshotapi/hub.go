@@ -1,0 +1,353 @@
+package snapshotapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/internal/retry"
+)
+
+// A hub is the one change stream of a collection in this process, shared by all its
+// watchers: the server's cost per collection, not per client. It keeps the last hubRing
+// changes that carry a message in a ring; a watcher reads the ring from its own cursor (a
+// drainer goroutine per watcher copies what it reads into the watcher's bounded buffer),
+// so the hub never waits for a client. A watcher whose start is before what the ring
+// holds reads a change stream of its own from its start (catching up) and moves to the ring
+// once the two meet.
+//
+// A hub starts when its collection gets its first watcher, at that watcher's start (or
+// the position its snapshot begins from), and stops hubLinger after its last watcher left,
+// so that clients reconnecting find its ring. It reopens its stream from where it was after
+// a transient failure (MongoDB unavailable); a stream that cannot go on (its position
+// fell out of the oplog, the collection was dropped) fails the hub and ends its watchers.
+
+// hubRing bounds the changes a hub keeps for watchers to read (a variable for tests: a
+// Server takes it when made).
+var hubRing = 4096
+
+// hubLinger is how long a hub without watchers keeps running.
+const hubLinger = 30 * time.Second
+
+type hubKey struct{ db, coll string }
+
+// errShuttingDown ends streams when the server stops.
+var errShuttingDown = fmt.Errorf("%w: the server is shutting down", jetbus.ErrUnavailable)
+
+type hub struct {
+	s      *Server
+	key    hubKey
+	ctx    context.Context
+	cancel context.CancelFunc
+	ready  chan struct{} // closed once the stream opened, or failed to
+	done   chan struct{} // closed when the hub failed or stopped (err says why)
+
+	subs   int         // watchers holding the hub (Server.hubsMu)
+	linger *time.Timer // stops the hub once idle (Server.hubsMu)
+
+	mu       sync.Mutex
+	ring     []*change // changes with a message, in order
+	base     uint64    // the index of ring[0] among all changes ever in the ring
+	floor    streamPos // every change with a message after floor is in the ring
+	head     streamPos // the last change read
+	recv     uint64    // changes read
+	polls    uint64    // getMores the stream completed (each batch read to its end, or empty)
+	dropRecv uint64    // recv of the newest change dropped from the ring
+	dropped  bool
+	wake     chan struct{} // closed when the ring or head moved
+	err      error
+}
+
+// acquireHub returns the running hub of db.coll, holding it for a watcher (release gives it
+// back). When none runs it starts one whose stream begins right after start: the error of
+// opening it (an expired position) is returned then.
+func (s *Server) acquireHub(ctx context.Context, start streamPos) (*hub, error) {
+	key := hubKey{start.db, start.coll}
+	for {
+		s.hubsMu.Lock()
+		if s.hubsStopped {
+			s.hubsMu.Unlock()
+			return nil, errShuttingDown
+		}
+		h := s.hubs[key]
+		if h != nil {
+			h.subs++
+			if h.linger != nil {
+				h.linger.Stop()
+				h.linger = nil
+			}
+			s.hubsMu.Unlock()
+			select {
+			case <-h.ready:
+			case <-ctx.Done():
+				h.release()
+				return nil, ctx.Err()
+			}
+			h.mu.Lock()
+			err := h.err
+			h.mu.Unlock()
+			if err == nil {
+				return h, nil
+			}
+			h.release() // it failed meanwhile: start another
+			continue
+		}
+		hctx, cancel := context.WithCancel(s.hubsCtx)
+		h = &hub{s: s, key: key, ctx: hctx, cancel: cancel, ready: make(chan struct{}), done: make(chan struct{}),
+			subs: 1, wake: make(chan struct{})}
+		s.hubs[key] = h
+		s.hubsMu.Unlock()
+		src, err := s.openSource(ctx, start)
+		if err != nil {
+			h.fail(err)
+			close(h.ready)
+			h.release()
+			return nil, err
+		}
+		h.floor, h.head = src.head, src.head
+		close(h.ready)
+		go h.run(src)
+		return h, nil
+	}
+}
+
+// release gives back a watcher's hold; the last one leaves the hub lingering.
+func (h *hub) release() {
+	s := h.s
+	s.hubsMu.Lock()
+	defer s.hubsMu.Unlock()
+	h.subs--
+	if h.subs > 0 {
+		return
+	}
+	select {
+	case <-h.done: // failed: forget it now
+		if s.hubs[h.key] == h {
+			delete(s.hubs, h.key)
+		}
+		return
+	default:
+	}
+	h.linger = time.AfterFunc(hubLinger, func() {
+		s.hubsMu.Lock()
+		defer s.hubsMu.Unlock()
+		if h.subs == 0 && s.hubs[h.key] == h {
+			delete(s.hubs, h.key)
+			h.cancel()
+		}
+	})
+}
+
+// fail stops the hub for good with err; its watchers end.
+func (h *hub) fail(err error) {
+	h.mu.Lock()
+	if h.err == nil {
+		h.err = err
+		close(h.done)
+		close(h.wake)
+		h.wake = make(chan struct{})
+	}
+	h.mu.Unlock()
+	h.cancel()
+	s := h.s
+	s.hubsMu.Lock()
+	if s.hubs[h.key] == h {
+		delete(s.hubs, h.key)
+	}
+	s.hubsMu.Unlock()
+}
+
+// run reads the stream until the hub stops.
+func (h *hub) run(src *changeSource) {
+	log := h.s.log.With("database", h.key.db, "collection", h.key.coll)
+	defer func() {
+		if src != nil {
+			src.close(h.ctx)
+		}
+	}()
+	for {
+		ch, emit, err := src.next(h.ctx)
+		if err != nil {
+			if h.ctx.Err() != nil {
+				h.fail(errShuttingDown)
+				return
+			}
+			if expired(err) || errors.Is(err, errCollectionGone) {
+				log.Warn("watch: the change stream cannot go on; its watchers end", "error", err)
+				h.fail(err)
+				return
+			}
+			log.Debug("watch: change stream failed; reopening where it was", "error", err)
+			src.close(h.ctx)
+			if src, err = h.reopen(src); err != nil {
+				if h.ctx.Err() != nil {
+					err = errShuttingDown
+				}
+				h.fail(err)
+				return
+			}
+			continue
+		}
+		h.mu.Lock()
+		if ch != nil {
+			h.recv++
+			ch.recv = h.recv
+			h.head = ch.pos
+			if emit {
+				h.ring = append(h.ring, ch)
+				if len(h.ring) > h.s.hubRing {
+					d := h.ring[0]
+					h.ring = h.ring[1:]
+					h.base++
+					h.floor, h.dropRecv, h.dropped = d.pos, d.recv, true
+				}
+			}
+		}
+		if ch == nil || src.batchDone() {
+			h.polls++
+		}
+		if ch == nil || src.batchDone() || h.recv%64 == 0 {
+			// Watchers wake once per batch the stream returned (and every 64 changes of a
+			// long one), not once per change.
+			close(h.wake)
+			h.wake = make(chan struct{})
+		}
+		h.mu.Unlock()
+	}
+}
+
+// reopen opens the hub's stream again after a transient failure.
+func (h *hub) reopen(old *changeSource) (*changeSource, error) {
+	return reopenSource(h.ctx, h.s, old)
+}
+
+// reopenSource opens a stream again right after the last change old read, keeping what it
+// knew of skipped updates; it retries while MongoDB is unavailable.
+func reopenSource(ctx context.Context, s *Server, old *changeSource) (*changeSource, error) {
+	var src *changeSource
+	err := retry.Do(ctx, feedPolicy, func(ctx context.Context) error {
+		n, err := s.openSource(ctx, old.head)
+		if err != nil {
+			return err // an expired position is not transient: Do gives up
+		}
+		src = n
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	src.dirty = old.dirty
+	return src, nil
+}
+
+// seek returns the ring cursor of the first change after p, when the ring holds every
+// change after p (or will: those not read yet).
+func (h *hub) seek(p streamPos) (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil || p.less(h.floor) {
+		return 0, false
+	}
+	return h.after(p), true
+}
+
+// after is the cursor of the first change in the ring after p; h.mu held.
+func (h *hub) after(p streamPos) uint64 {
+	i := sort.Search(len(h.ring), func(i int) bool { return p.less(h.ring[i].pos) })
+	return h.base + uint64(i)
+}
+
+// joinAt is seek for a watcher catching up that just read the change at p: the ring has
+// read p too.
+func (h *hub) joinAt(p streamPos) (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil || p.less(h.floor) || h.head.less(p) {
+		return 0, false
+	}
+	return h.after(p), true
+}
+
+// received is the count of changes the hub has read.
+func (h *hub) received() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.recv
+}
+
+// joinIdle is seek for a watcher catching up whose stream, at p, came back empty from a
+// getMore that began when the hub had read r0 changes. That getMore returned every change
+// committed before it began, so every change the hub had read before r0 is at or before
+// p: if the ring dropped none read since, it holds every change after p.
+func (h *hub) joinIdle(r0 uint64, p streamPos) (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil || (h.dropped && h.dropRecv >= r0) {
+		return 0, false
+	}
+	return h.after(p), true
+}
+
+// read returns the changes of the ring from cursor on, the position read up to, and a
+// channel closed when there is more; lost when the ring dropped changes the cursor had not
+// read; err when the hub failed.
+func (h *hub) read(cursor uint64) (chs []*change, next uint64, head streamPos, wake <-chan struct{}, lost bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return nil, cursor, h.head, h.wake, false, h.err
+	}
+	if cursor < h.base {
+		return nil, cursor, h.head, h.wake, true, nil
+	}
+	end := h.base + uint64(len(h.ring))
+	if cursor < end {
+		i := int(cursor - h.base)
+		chs = h.ring[i:len(h.ring):len(h.ring)]
+	}
+	return chs, end, h.head, h.wake, false, nil
+}
+
+// stopHubs ends every hub and refuses new ones: the server stops.
+func (s *Server) stopHubs() {
+	s.hubsMu.Lock()
+	s.hubsStopped = true
+	hubs := make([]*hub, 0, len(s.hubs))
+	for _, h := range s.hubs {
+		hubs = append(hubs, h)
+	}
+	s.hubsMu.Unlock()
+	s.hubsCancel()
+	for _, h := range hubs {
+		h.fail(errShuttingDown)
+	}
+}
+
+// passed waits until the hub has read every change committed before the call: two of its
+// getMores completed, the second begun after the call (a getMore returns every change
+// committed before it began). It returns the position read up to.
+func (h *hub) passed(ctx context.Context) (streamPos, error) {
+	h.mu.Lock()
+	p0 := h.polls
+	h.mu.Unlock()
+	for {
+		h.mu.Lock()
+		polls, head, wake, err := h.polls, h.head, h.wake, h.err
+		h.mu.Unlock()
+		switch {
+		case err != nil:
+			return head, err
+		case polls >= p0+2:
+			return head, nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return head, ctx.Err()
+		}
+	}
+}
