@@ -110,6 +110,25 @@ func TestRequestSpans(t *testing.T) {
 	assert.NotEmpty(t, r.Header.Get("traceresponse"))
 }
 
+// A watch is one server span for its whole life, and its stream's headers carry the
+// traceresponse.
+func TestWatchSpan(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	a := tracedAPI(t, tp)
+	const client = "4bf92f3577b34da6a3ce929d0e0e4736"
+	w := a.watch("/v1/views/orders?watch=true", "traceparent", "00-"+client+"-00f067aa0ba902b7-01")
+	assert.Equal(t, client, w.resp.Header.Get("traceresponse")[3:35])
+	require.Equal(t, "upsert", w.next().event)
+	for _, s := range sr.Ended() {
+		assert.NotEqual(t, "GET /v1/views/{view}", s.Name(), "not ended while the watch runs")
+	}
+	w.close()
+	srv := endedSpan(t, sr, "GET /v1/views/{view}", client)
+	assert.Equal(t, "00f067aa0ba902b7", srv.Parent().SpanID().String())
+}
+
 // Tracing off: no traceresponse.
 func TestNoTraceResponseUntraced(t *testing.T) {
 	a := tracedAPI(t, nil)
