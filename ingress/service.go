@@ -71,6 +71,10 @@ func (g *Ingress) serve() (*service, error) {
 			}
 		}
 	}
+	// A round trip, so that the server has the subscriptions before ingress says it started:
+	// a client's request right after would otherwise find no responders. While disconnected,
+	// nats.go sends them again on reconnect; the flush then only times out.
+	_ = g.conn.FlushTimeout(5 * time.Second)
 	return s, nil
 }
 
