@@ -140,6 +140,11 @@ func TestCrashedMemberResumesWithinThreeSeconds(t *testing.T) {
 
 			killed := time.Now()
 			e.a.Kill()
+			// Publish once the server has dropped a's connection: an event published before
+			// it noticed would go to a's pending pull request and come back only after the
+			// ack wait, in either kind of group — a matter of the event, not of the partition.
+			require.True(t, embeddedtest.Poll(5*time.Second, 5*time.Millisecond, func() bool { return !connected(t, s, "a") }),
+				"the server still has a's connection 5s after the kill")
 			e.publishTo(held)
 			within := 3 * time.Second
 			if !fenced {
