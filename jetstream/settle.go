@@ -55,8 +55,9 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	}
 	t0 := time.Now()
 	err := pc.call(ctx, d)
-	for err != nil && s.opts.KeyConcurrency > 1 && !jetbus.IsPermanent(err) && d.Attempt < s.opts.MaxAttempts {
-		// Retry in place so the key's next event waits for this one.
+	for err != nil && s.opts.KeyConcurrency > 1 && !s.opts.Unordered && !jetbus.IsPermanent(err) && d.Attempt < s.opts.MaxAttempts {
+		// Retry in place so the key's next event waits for this one (an unordered group has
+		// no order to keep: its retries go through the server).
 		if span != nil {
 			span.AddEvent("retry", trace.WithAttributes(spans.AttrAttempt.Int(d.Attempt), attribute.String("error", err.Error())))
 		}

@@ -1,0 +1,46 @@
+package jetstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// parseAckReply reads what nats.go's own parser reads, from both forms of ack subject.
+func TestParseAckReply(t *testing.T) {
+	for _, reply := range []string{
+		"$JS.ACK.orders.g_p0.1.7.3.1700000000000000000.12",
+		"$JS.ACK._.acchash.orders.g_p0.2.7.3.1700000000000000001.0.random",
+		"$JS.ACK.hub.acchash.orders.g_p0.5.70.30.1700000000000000002.4.random",
+		"$JS.ACK.hub.acchash.orders.g_p0.5.70.30.1700000000000000002.4", // no last token
+		"$JS.ACK.hub.acchash.orders.g_p0.5.70.30.1700000000000000002.4.random.more",
+	} {
+		var got natsjs.MsgMetadata
+		require.NoError(t, parseAckReply(reply, &got), reply)
+		want, err := (&nats.Msg{Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		require.NoError(t, err, reply)
+		assert.Equal(t, natsjs.MsgMetadata{
+			Sequence:     natsjs.SequencePair{Stream: want.Sequence.Stream, Consumer: want.Sequence.Consumer},
+			NumDelivered: want.NumDelivered,
+			NumPending:   want.NumPending,
+			Timestamp:    want.Timestamp,
+			Stream:       want.Stream,
+			Consumer:     want.Consumer,
+			Domain:       want.Domain,
+		}, got, reply)
+	}
+	var md natsjs.MsgMetadata
+	require.NoError(t, parseAckReply("$JS.ACK.orders.g_p0.1.7.3.1700000000000000000.12", &md))
+	assert.Equal(t, natsjs.MsgMetadata{Sequence: natsjs.SequencePair{Stream: 7, Consumer: 3}, NumDelivered: 1, NumPending: 12,
+		Timestamp: time.Unix(0, 1700000000000000000), Stream: "orders", Consumer: "g_p0"}, md)
+	for _, bad := range []string{"", "_INBOX.x", "$JS.ACK.orders.g_p0.1.7.3.17", "$JS.ACK.a.b.orders.g_p0.1.7.3.17"} {
+		assert.ErrorIs(t, parseAckReply(bad, &md), errAckSubject, bad)
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		_ = parseAckReply("$JS.ACK._.acchash.orders.g_p0.2.7.3.1700000000000000001.0.random", &md)
+	}), "parseAckReply allocates")
+}
