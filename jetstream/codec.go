@@ -167,7 +167,7 @@ func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int
 			e.Headers[k] = vs[0]
 		}
 	}
-	if e.Key == "" {
+	if e.Key == "" && hasKeyToken(raw.Subject, topic) {
 		// A foreign client that published to a keyed topic's subject without x-key: the
 		// subject's token is the key.
 		if _, _, tok, ok := jetbus.ParseSubject(raw.Subject); ok && tok != "" {
@@ -184,6 +184,14 @@ func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int
 		return drops, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, raw.Stream, raw.Seq)
 	}
 	return drops, nil
+}
+
+// hasKeyToken reports whether subject, a delivery's subject of topic, may hold a key token
+// after its partition (a keyed topic's "<topic>.p<n>.<token>"): only then is it parsed, a
+// keyless event of a plain topic being common.
+func hasKeyToken(subject, topic string) bool {
+	rest, ok := strings.CutPrefix(subject, topic)
+	return !ok || strings.Count(rest, ".") > 1
 }
 
 func splitList(v string) []string {
