@@ -50,8 +50,9 @@ const (
 	// unorderedHeartbeat is how often the server tells a waiting request is alive.
 	unorderedHeartbeat = 5 * time.Second
 	// stopQuiet: a stopping pull that received nothing for this long asks the server whether
-	// its consumer has anything left to deliver; if not, no request will be filled.
-	stopQuiet = 20 * time.Millisecond
+	// its consumer has anything left to deliver; if not, no request will be filled. It asks
+	// again after twice as long each time, up to maxStopQuiet.
+	stopQuiet, maxStopQuiet = 20 * time.Millisecond, 500 * time.Millisecond
 	// stopLimit bounds how long a stopping pull waits for what its requests asked for.
 	stopLimit = 5 * time.Second
 	// nextSubjectPrefix is the pull API of the Bus's JetStream context (Open: default prefix).
@@ -269,8 +270,10 @@ func (p *puller) statusMsg(code string, h nats.Header) error {
 
 // finish ends the pull of a stopping subscription: it asks for nothing more and takes what
 // its requests still have coming (handled when draining, held for giving back otherwise),
-// until nothing is left to come, or nothing arrived for stopQuiet and the consumer has
-// nothing left to deliver, or stopLimit passed. close then unsubscribes and gives back.
+// until nothing is left to come, or nothing arrived for a while (stopQuiet, then longer) and
+// the consumer has nothing left to deliver, or stopLimit passed. close then unsubscribes and
+// gives back. (A delivery the server assigns to a request just as it is unsubscribed, an
+// event published at that moment, is dropped by the server and comes back after AckTimeout.)
 func (p *puller) finish(handle func(natsjs.Msg, *natsjs.MsgMetadata)) error {
 	pc := p.pc
 	take := func(pm *pulled) {
@@ -285,7 +288,8 @@ func (p *puller) finish(handle func(natsjs.Msg, *natsjs.MsgMetadata)) error {
 	}
 	p.ahead = nil
 	deadline := time.Now().Add(stopLimit)
-	quiet := time.NewTimer(stopQuiet)
+	wait := stopQuiet
+	quiet := time.NewTimer(wait)
 	defer quiet.Stop()
 	for p.pending > 0 && time.Now().Before(deadline) {
 		select {
@@ -297,11 +301,15 @@ func (p *puller) finish(handle func(natsjs.Msg, *natsjs.MsgMetadata)) error {
 			if pm != nil {
 				take(pm)
 			}
+			quiet.Reset(wait) // quiet means nothing arrived for that long
 		case <-quiet.C:
-			if p.consumerEmpty() {
+			// (select picks at random among ready cases: the timer may have won over
+			// deliveries that arrived while the last one was handled.)
+			if len(p.msgs) == 0 && p.consumerEmpty() {
 				return nil
 			}
-			quiet.Reset(stopQuiet)
+			wait = min(2*wait, maxStopQuiet)
+			quiet.Reset(wait)
 		}
 	}
 	return nil
@@ -320,27 +328,34 @@ func (p *puller) consumerEmpty() bool {
 	return cons.CachedInfo().NumPending == 0
 }
 
-// close unsubscribes and gives back the deliveries taken and not started, and those that
-// arrived before the unsubscribe: a nak each (see partConsumer.giveBack).
+// close unsubscribes, then gives back the deliveries taken and not started and those still
+// in the inbox (a nak each, see giveBackHeld); a draining subscription handles the latter
+// instead.
 func (p *puller) close() {
+	pc := p.pc
 	_ = p.sub.Unsubscribe()
 	p.nc.RemoveStatusListener(p.status)
-	for _, pm := range p.ahead {
-		p.pc.holdBack(pm)
-	}
+	rest := p.ahead
 	p.ahead = nil
 	for {
 		select {
 		case m := <-p.msgs:
 			if pm, err := p.take(m); err == nil && pm != nil {
-				p.pc.holdBack(pm)
+				rest = append(rest, pm)
 			}
 			continue
 		default:
 		}
 		break
 	}
-	p.pc.giveBackHeld()
+	for _, pm := range rest {
+		if pc.sub.stopping() && pc.sub.draining.Load() {
+			pc.handle(pm, &pm.meta)
+		} else {
+			pc.holdBack(pm)
+		}
+	}
+	pc.giveBackHeld()
 }
 
 // holdBack keeps a delivery of a stopping unordered subscription that nobody started, for
