@@ -325,6 +325,8 @@ func (e *env) consumeRaw(ctx context.Context, topic string, partitions, n int, h
 				m, err := it.Next()
 				if errors.Is(err, natsjs.ErrMsgIteratorClosed) {
 					return
+				} else if errors.Is(err, natsjs.ErrNoHeartbeat) {
+					continue // reported, not fatal: the iterator pulls again
 				} else if err != nil {
 					fail(err)
 					return
