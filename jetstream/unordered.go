@@ -31,8 +31,8 @@ import (
 //     start. A nak sent while still subscribed could bring the event straight back to this
 //     member, so the naks wait for the unsubscribe.
 //   - Cost. The iterator arms a timer and wraps each message in two allocations; here a
-//     delivery costs one (pulled, with its metadata parsed in place), which also spares the
-//     garbage collector.
+//     delivery costs one (pulled, with its metadata parsed in place and room for the Delivery
+//     and Event that handle makes of it), which also spares the garbage collector.
 //
 // What it speaks of the JetStream pull protocol is what nats.go's iterator speaks: requests
 // {"batch","expires","idle_heartbeat"} to $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
@@ -395,6 +395,8 @@ type pulled struct {
 	meta natsjs.MsgMetadata
 	done atomic.Bool // acked, nak'ed or terminated
 	mu   sync.Mutex  // serializes settling
+	// de is the Delivery and Event that handle makes of it: one allocation per delivery.
+	de deliveryEvent
 }
 
 var _ natsjs.Msg = (*pulled)(nil)

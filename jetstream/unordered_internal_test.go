@@ -1,9 +1,11 @@
 package jetstream
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -43,4 +45,34 @@ func TestParseAckReply(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, func() {
 		_ = parseAckReply("$JS.ACK._.acchash.orders.g_p0.2.7.3.1700000000000000001.0.random", &md)
 	}), "parseAckReply allocates")
+}
+
+// An unordered pull's delivery costs one allocation on the Bus's side: the pulled message,
+// which holds its metadata and the Delivery and Event handle makes of it (see "Cost per
+// delivery" in the package doc).
+func TestUnorderedDeliveryAllocations(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+
+	pc, fm := deliveryFixture()
+	pc.sub.opts.Unordered = true
+	pc.log = slog.New(slog.DiscardHandler)
+	pc.win = newWindow(100, 1000, 0, time.Minute)
+	p := &puller{pc: pc, nc: nc}
+	m := &nats.Msg{Subject: fm.subject, Reply: fm.reply, Header: fm.header, Data: fm.data}
+	handle := pc.handle
+	allocs := testing.AllocsPerRun(1000, func() {
+		pm, err := p.take(m)
+		if err != nil || pm == nil {
+			t.Fatalf("take: %v, %v", pm, err)
+		}
+		p.deliver(pm, handle)
+	})
+	assert.LessOrEqual(t, allocs, 1.0, "allocations per unordered delivery")
 }
