@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,14 +26,17 @@ import (
 //     coming: an unordered group cannot reset its consumer to get them back (that would
 //     redeliver what the other members hold), so without care they come back only after the
 //     ack timeout. The iterator unsubscribes at once, and the server drops what it had
-//     already assigned to the request. The puller keeps count of what its requests asked for
+//     assigned to the request and not sent yet. The puller keeps count of what its requests asked for
 //     and, on stop, stops asking and stays subscribed until that has arrived (or the
 //     consumer has nothing left to give), then unsubscribes and gives back what it did not
 //     start. A nak sent while still subscribed could bring the event straight back to this
 //     member, so the naks wait for the unsubscribe.
 //   - Cost. The iterator arms a timer and wraps each message in two allocations; here a
 //     delivery costs one (pulled, with its metadata parsed in place and room for the Delivery
-//     and Event that handle makes of it), which also spares the garbage collector.
+//     and Event that handle makes of it), which also spares the garbage collector. And the
+//     acks of events handled on the pull's goroutine are sent together (ackBatch): on an
+//     idle machine each ack sent alone costs a write on each side, and wakes the client's
+//     flusher and the server's reader.
 //
 // What it speaks of the JetStream pull protocol is what nats.go's iterator speaks: requests
 // {"batch","expires","idle_heartbeat"} to $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
@@ -57,6 +61,11 @@ const (
 	stopLimit = 5 * time.Second
 	// nextSubjectPrefix is the pull API of the Bus's JetStream context (Open: default prefix).
 	nextSubjectPrefix = "$JS.API.CONSUMER.MSG.NEXT."
+	// ackBatch bounds the acks a pull holds back to send together, and ackBatchAge how long
+	// the first of them waits: they are sent when the inbox has nothing more to handle, when
+	// there are ackBatch of them, or ackBatchAge after the first, whatever the handler is
+	// doing then (a timer sends them).
+	ackBatch, ackBatchAge = 64, time.Millisecond
 )
 
 // errConsumerGone ends a pull whose consumer was deleted: run looks it up again and
@@ -64,7 +73,8 @@ const (
 var errConsumerGone = errors.New("jetbus: consumer deleted")
 
 // puller is one partition consumer's pull for an unordered subscription. Only the
-// partition's goroutine uses it.
+// partition's goroutine uses it, but for the acks it holds back (acksMu: its timer sends
+// them too).
 type puller struct {
 	pc      *partConsumer
 	nc      *nats.Conn
@@ -82,7 +92,15 @@ type puller struct {
 	// ahead holds deliveries taken out of msgs before their turn (kept alive when the window
 	// shrinks): they are handled first.
 	ahead []*pulled
-	req   []byte
+	// failed is a status message's error met while keeping deliveries alive: it ends the
+	// pull once they are handled.
+	failed error
+	req    []byte
+	// acks are the reply subjects of deliveries acknowledged and not sent yet (pulled.Ack of
+	// a delivery handled on this goroutine); ackTimer sends them ackBatchAge after the first.
+	acksMu   sync.Mutex
+	acks     []string
+	ackTimer *time.Timer
 }
 
 // pullUnordered pulls the partition until the subscription stops (nil) or the pull fails.
@@ -93,9 +111,10 @@ func (pc *partConsumer) pullUnordered() error {
 		nc:      b.nc,
 		subject: nextSubjectPrefix + pc.stream + "." + pc.name,
 		inbox:   b.nc.NewInbox(),
-		// The server delivers at most MaxInFlight unacknowledged events for the whole
-		// consumer, so a channel that holds them all never drops one (nats.go would report a
-		// slow consumer); the rest is room for status messages.
+		// The pull asks for at most its window, MaxInFlight at most, and the server sends no
+		// more unacknowledged events than the consumer's MaxInFlight: a channel that holds
+		// them all drops none (nats.go would report a slow consumer); the rest is room for
+		// status messages.
 		msgs: make(chan *nats.Msg, pc.sub.opts.MaxInFlight+64),
 	}
 	// Registered before subscribing: a reconnect between the two still resets the requests.
@@ -132,9 +151,13 @@ func (pc *partConsumer) pullUnordered() error {
 			p.deliver(pm, handle)
 			continue
 		}
+		if p.failed != nil {
+			return p.failed
+		}
 		select {
 		case m = <-p.msgs:
 		default:
+			p.sendAcks() // nothing more to handle for now
 			var t0 time.Time
 			if pc.gm != nil {
 				t0 = time.Now()
@@ -199,6 +222,10 @@ func (p *puller) take(m *nats.Msg) (*pulled, error) {
 	}
 	p.pending = max(p.pending-1, 0)
 	pm := &pulled{nc: p.nc, msg: m}
+	if p.pc.sub.opts.KeyConcurrency <= 1 && !p.pc.sub.opts.ManualAck {
+		// Handled and acknowledged on this goroutine: the ack may wait for others.
+		pm.batch = p
+	}
 	if err := parseAckReply(m.Reply, &pm.meta); err != nil {
 		p.pc.log.Error("message without metadata, terminated", "err", err)
 		_ = pm.TermWithReason("jetbus: no metadata")
@@ -219,6 +246,48 @@ func (p *puller) deliver(pm *pulled, handle func(natsjs.Msg, *natsjs.MsgMetadata
 	}
 }
 
+// holdAck keeps the ack of a delivery handled on this goroutine for sendAcks.
+func (p *puller) holdAck(reply string) {
+	p.acksMu.Lock()
+	defer p.acksMu.Unlock()
+	p.acks = append(p.acks, reply)
+	switch {
+	case len(p.acks) >= ackBatch:
+		p.sendAcksLocked()
+	case len(p.acks) == 1:
+		if p.ackTimer == nil {
+			p.ackTimer = time.AfterFunc(ackBatchAge, p.sendAcks)
+		} else {
+			p.ackTimer.Reset(ackBatchAge)
+		}
+	}
+}
+
+// sendAcks sends the acks held back, one after the other: the connection's flusher then
+// writes them in one go.
+func (p *puller) sendAcks() {
+	p.acksMu.Lock()
+	defer p.acksMu.Unlock()
+	p.sendAcksLocked()
+}
+
+func (p *puller) sendAcksLocked() {
+	if len(p.acks) == 0 {
+		return
+	}
+	if p.ackTimer != nil {
+		p.ackTimer.Stop()
+	}
+	for i, reply := range p.acks {
+		if err := p.nc.Publish(reply, ackAck); err != nil {
+			p.pc.log.Warn("acks not sent; the server will redeliver after the ack timeout", "acks", len(p.acks)-i, "err", err)
+			break
+		}
+	}
+	clear(p.acks)
+	p.acks = p.acks[:0]
+}
+
 // keepAlive restarts the ack timeout of every delivery buffered in the inbox (taking them
 // out, ahead of later ones).
 func (p *puller) keepAlive() {
@@ -230,7 +299,7 @@ func (p *puller) keepAlive() {
 		case m := <-p.msgs:
 			pm, err := p.take(m)
 			if err != nil {
-				p.pc.log.Debug("status while keeping deliveries alive", "err", err)
+				p.failed = cmp.Or(p.failed, err)
 				continue
 			}
 			if pm != nil {
@@ -276,6 +345,7 @@ func (p *puller) statusMsg(code string, h nats.Header) error {
 // event published at that moment, is dropped by the server and comes back after AckTimeout.)
 func (p *puller) finish(handle func(natsjs.Msg, *natsjs.MsgMetadata)) error {
 	pc := p.pc
+	defer p.sendAcks()
 	take := func(pm *pulled) {
 		if pc.sub.draining.Load() {
 			handle(pm, &pm.meta)
@@ -333,6 +403,7 @@ func (p *puller) consumerEmpty() bool {
 // instead.
 func (p *puller) close() {
 	pc := p.pc
+	p.sendAcks()
 	_ = p.sub.Unsubscribe()
 	p.nc.RemoveStatusListener(p.status)
 	rest := p.ahead
@@ -356,6 +427,7 @@ func (p *puller) close() {
 		}
 	}
 	pc.giveBackHeld()
+	p.sendAcks()
 }
 
 // holdBack keeps a delivery of a stopping unordered subscription that nobody started, for
@@ -390,11 +462,14 @@ func (pc *partConsumer) giveBackHeld() {
 // pulled is a delivery of an unordered pull: a natsjs.Msg settled by publishing to its
 // reply subject, as nats.go's messages are, with its metadata parsed once.
 type pulled struct {
-	nc   *nats.Conn
-	msg  *nats.Msg
-	meta natsjs.MsgMetadata
-	done atomic.Bool // acked, nak'ed or terminated
-	mu   sync.Mutex  // serializes settling
+	nc *nats.Conn
+	// batch is the pull whose goroutine handles and acknowledges this delivery: its Ack
+	// joins the pull's batch (nil: sent at once).
+	batch *puller
+	msg   *nats.Msg
+	meta  natsjs.MsgMetadata
+	done  atomic.Bool // acked, nak'ed or terminated
+	mu    sync.Mutex  // serializes settling
 	// de is the Delivery and Event that handle makes of it: one allocation per delivery.
 	de deliveryEvent
 }
@@ -414,9 +489,24 @@ func (m *pulled) Data() []byte                           { return m.msg.Data }
 func (m *pulled) Headers() nats.Header                   { return m.msg.Header }
 func (m *pulled) Subject() string                        { return m.msg.Subject }
 func (m *pulled) Reply() string                          { return m.msg.Reply }
-func (m *pulled) Ack() error                             { return m.settle(ackAck) }
 func (m *pulled) Nak() error                             { return m.settle(ackNak) }
 func (m *pulled) Term() error                            { return m.settle(ackTerm) }
+
+// Ack acknowledges the delivery: at once, or with the pull's next batch when it was handled
+// on the pull's goroutine (see ackBatch).
+func (m *pulled) Ack() error {
+	if m.batch == nil {
+		return m.settle(ackAck)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done.Load() {
+		return natsjs.ErrMsgAlreadyAckd
+	}
+	m.done.Store(true)
+	m.batch.holdAck(m.msg.Reply)
+	return nil
+}
 
 func (m *pulled) NakWithDelay(delay time.Duration) error {
 	if delay <= 0 {

@@ -301,3 +301,36 @@ func TestUnorderedDrainHandlesWhatItFetched(t *testing.T) {
 		return err == nil && c.Lag() == 0
 	}, 10*time.Second, 10*time.Millisecond, "all acknowledged, nothing given back")
 }
+
+// The acks an unordered pull holds back to send together reach the server within
+// milliseconds, even while the next handler blocks.
+func TestUnorderedAcksWhileHandlerBlocks(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	b := embeddedtest.Bus(t, s.ClientURL())
+	ctx := t.Context()
+	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "hold"}))
+	const n = 20
+	var pub []*jetbus.Event
+	for i := range n {
+		e, err := b.Publish(ctx, "hold", map[string]int{"n": i})
+		require.NoError(t, err)
+		pub = append(pub, e)
+	}
+	release := make(chan struct{})
+	sub, err := b.Subscribe(ctx, "hold", "g", func(_ context.Context, d *jetbus.Delivery) error {
+		if d.Seq == pub[5].Seq {
+			select {
+			case <-release:
+			case <-time.After(20 * time.Second):
+			}
+		}
+		return nil
+	}, jetbus.Unordered(), jetbus.FromEarliest(), jetbus.BatchSize(n))
+	require.NoError(t, err)
+	defer sub.Stop()
+	defer close(release)
+	require.Eventually(t, func() bool {
+		c, err := b.Cursor(ctx, "hold", "g")
+		return err == nil && c.Partitions[0].AckFloor >= pub[4].Seq
+	}, 10*time.Second, 5*time.Millisecond, "the events before the blocked one are acknowledged meanwhile")
+}
