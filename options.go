@@ -387,10 +387,11 @@ func KeyConcurrency(n int) SubscribeOption {
 // by all the subscribers of a partition: raise it with the number of replicas.
 //
 // A delivery a subscriber fetched but did not start when it stops (Stop; Drain handles
-// them), or that its pull window returns because the handler slowed down, is given back with
-// a nak and counts as a delivery: its next Attempt is one higher. One on its last attempt is
-// handled instead, so that the server never gives up on an event no handler saw. Deliveries
-// lost on the way to a subscriber (a reconnect) come back after AckTimeout.
+// them) is given back with a nak and counts as a delivery: its next Attempt is one higher.
+// One on its last attempt is handled instead, so that the server never gives up on an event
+// no handler saw. Deliveries lost on the way to a subscriber (a reconnect) come back after
+// AckTimeout. The acks of events handled one after the other go out together, within a
+// millisecond of the handler's return.
 //
 // A group is ordered or unordered from its first subscription on (the consumers record it):
 // subscribing an ordered group with Unordered, or an unordered group without it, fails with
