@@ -62,9 +62,10 @@ const (
 	// nextSubjectPrefix is the pull API of the Bus's JetStream context (Open: default prefix).
 	nextSubjectPrefix = "$JS.API.CONSUMER.MSG.NEXT."
 	// ackBatch bounds the acks a pull holds back to send together, and ackBatchAge how long
-	// the first of them waits: they are sent when the inbox has nothing more to handle, when
-	// there are ackBatch of them, or ackBatchAge after the first, whatever the handler is
-	// doing then (a timer sends them).
+	// the first of them waits: they are sent when there are ackBatch of them, or ackBatchAge
+	// after the first, whatever the handler is doing then (a timer sends them), and when the
+	// pull ends. (Not when the inbox is empty: on an idle machine the pull outpaces the
+	// connection's reader and finds it empty every few events.)
 	ackBatch, ackBatchAge = 64, time.Millisecond
 )
 
@@ -157,7 +158,6 @@ func (pc *partConsumer) pullUnordered() error {
 		select {
 		case m = <-p.msgs:
 		default:
-			p.sendAcks() // nothing more to handle for now
 			var t0 time.Time
 			if pc.gm != nil {
 				t0 = time.Now()
