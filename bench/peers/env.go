@@ -218,9 +218,11 @@ func (e *env) fillBus(ctx context.Context, topic string, n int, key func(i int) 
 	return e.checkStored(ctx, topic, n)
 }
 
-// unstall runs publish, an asynchronous publish of a fill (never timed); when it fails
-// because too many publishes await their acks for too long (a loaded machine: nats.go gives
-// up after 200 ms), it waits until every ack came back and tries again, a few times.
+// unstall runs publish, one asynchronous publish; when it fails because too many publishes
+// await their acks for too long (a loaded machine: nats.go gives up after 200 ms), it waits
+// until every ack came back and tries again, a few times. The fills use it, and so do both
+// asynchronous publish sides (the Bus and raw nats.go, alike), whose wait is then part of
+// the time measured: back-pressure, as an application would meet it.
 func unstall(ctx context.Context, complete func() <-chan struct{}, publish func() error) error {
 	for try := 0; ; try++ {
 		err := publish()
