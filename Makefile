@@ -92,7 +92,9 @@ e2e: e2e-node
 ## 5,000 keep-alive HTTP clients against one projector for a minute (latencies logged, and
 ## written to LOAD_RESULTS; make test runs 300 for 5 s); a flood of refused 256 KiB messages
 ## for 30 s beside 20,000 valid ones (make test: 5 s, 5,000); a million dead letters replayed by
-## the bridge binary within 64 MiB of memory (make test: 20,000 letters, memory compared with a tenth).
+## the bridge binary within 64 MiB of memory (make test: 20,000 letters, memory compared with a tenth);
+## the watch checker: 50,000 events over 1,000 keys watched by 24 SSE clients of two projector
+## processes, one SIGKILLed, while a rebuild switches (make test: 5,000 events over 200 keys).
 LOAD_RESULTS ?= $(CURDIR)/bin/load-results.txt
 test-long:
 	$(GO) test -race -count=1 -tags long -timeout 30m -run 'SIGKILL' ./projection/
@@ -103,6 +105,9 @@ test-long:
 	# publishes (make test runs the short flood with -race).
 	$(GO) test -count=1 -tags long -timeout 10m -run '^TestFloodOfRefusals$$' -v ./ingress/
 	$(GO) test -count=1 -tags long -timeout 20m -run '^TestReplayMillionLetters$$' -v ./cmd/cmdtest/
+	# Without -race: the race detector slows the MongoDB test backend, which runs in the test
+	# process, more than the load it serves (make test runs the short checker with -race).
+	$(GO) test -count=1 -tags long -timeout 20m -run '^TestWatchChecker$$' -v ./cmd/cmdtest/
 
 ## dev: the whole pipeline on one machine from examples/jetbus.yaml (DEV_CONFIG): dev builds
 ## (-tags dev) of bridge and projector, started by bin/dev/jetbus-dev: the bridge with the
