@@ -336,34 +336,41 @@ func (w *watcher) trySwitch(old, cur string) (bool, error) {
 }
 
 // moveTo gives the client a switch's messages, then reads generation cur from its position
-// at ts on.
+// at ts on. It opens what reads cur first: when that fails, nothing was given and the watch
+// is where it was, so that the switch can be tried again without sending anything twice.
 func (w *watcher) moveTo(cur string, ts bson.Timestamp, msgs []*change) error {
-	for _, ch := range msgs {
-		if err := w.put(ch, diffKind(ch)); err != nil {
-			return err
-		}
-	}
 	to := allAt(w.v.Database, cur, ts)
-	if err := w.put(&change{pos: to, key: switchedKey}, "switched"); err != nil {
-		return err
-	}
 	h, err := w.s.acquireHub(w.ctx, to)
 	if err != nil {
 		return err
+	}
+	var src *changeSource
+	cursor, inRing := h.seek(to)
+	if !inRing {
+		if src, err = w.s.openSource(w.ctx, to); err != nil {
+			h.release()
+			return err
+		}
+	}
+	msgs = append(msgs, &change{pos: to, key: switchedKey})
+	for _, ch := range msgs {
+		kind := "switched"
+		if ch.key != switchedKey {
+			kind = diffKind(ch)
+		}
+		if err := w.put(ch, kind); err != nil {
+			if src != nil {
+				src.close(w.ctx)
+			}
+			h.release()
+			return err
+		}
 	}
 	w.h.release()
 	w.h, w.coll, w.from = h, cur, to
 	w.joinTS = bson.Timestamp{} // what the client holds is exact again
 	w.setProcessed(to)
-	if c, ok := h.seek(to); ok {
-		w.cursor = c
-		return nil
-	}
-	src, err := w.s.openSource(w.ctx, to)
-	if err != nil {
-		return err
-	}
-	w.src = src
+	w.cursor, w.src = cursor, src
 	return nil
 }
 
