@@ -53,7 +53,8 @@ type watchCheckSize struct {
 // reports write concern errors on writes that applied (the projection writes those batches
 // again), one replica is SIGKILLed (its clients resume on the other) and started again, and
 // `projector rebuild` builds the view's next generation and switches readers to it while
-// events flow. Then, for every client and key:
+// events flow (the run goes on until a tenth of the events went to the new generation, which
+// the replicas took over). Then, for every client and key:
 //
 //   - the versions it received strictly increase, and each was published, with its document
 //     (a client that started from another's id continues that client's sequence);
@@ -66,7 +67,11 @@ type watchCheckSize struct {
 // after a position" when its Publish started after the client had the position in hand (the
 // answer's headers for a snapshot, which is read before they are sent; the list's answer
 // for its Jetbus-Position; the receipt of an event for its id): its write then comes after
-// the position. JETBUS_CHECK_SEED picks another run.
+// the position.
+//
+// JETBUS_CHECK_SEED picks another run; JETBUS_CHECK_LOGDIR keeps every process's log there,
+// at the level JETBUS_CHECK_LOG_LEVEL names (debug says why a watch's switch waits); a
+// client that fails shows its last messages.
 func TestWatchChecker(t *testing.T) {
 	size := watchCheck
 	seed := uint64(27)
@@ -132,6 +137,15 @@ views: [{name: orders, projection: orders-view, max_limit: 1000}]
 	for i := range replicas {
 		h.addrs[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		startReplica(i)
+		// A process updates the topic's stream as it starts (EnsureTopic), and the embedded
+		// nats-server (2.15.2) reads a stream's configuration unlocked while it creates a
+		// consumer (fileStore.ConsumerStore against UpdateConfig): the race detector stops
+		// the test when both meet. The second replica starts once the first has created the
+		// consumer of every partition.
+		require.True(t, embeddedtest.Poll(60*time.Second, 20*time.Millisecond, func() bool {
+			c, err := bus.Cursor(ctx, "orders", "orders-view")
+			return err == nil && len(c.Partitions) == 4
+		}), "the projection consumes every partition")
 	}
 	phase("replicas ready at %s and %s", h.addrs[0], h.addrs[1])
 
@@ -846,7 +860,10 @@ func (c *wcClient) open(ctx context.Context, replica *int, since string) (*http.
 				*replica = 1 - *replica
 				return false
 			}
-			c.fail("%s (Last-Event-ID %v): %d %s", url, c.lastID != "", r.StatusCode, body)
+			c.mu.Lock()
+			hist := c.history()
+			c.mu.Unlock()
+			c.fail("%s (Last-Event-ID %v): %d %s%s", url, c.lastID != "", r.StatusCode, body, hist)
 			c.dead.Store(true)
 			return true
 		}
@@ -857,8 +874,8 @@ func (c *wcClient) open(ctx context.Context, replica *int, since string) (*http.
 		c.mu.Unlock()
 		c.mu.Lock()
 		c.conns++
-		c.hist = append(c.hist, fmt.Sprintf("%7.3fs conn %d to replica %d, since %v, Last-Event-ID %v", time.Since(c.h.begin).Seconds(),
-			c.conns, *replica, since != "", req.Header.Get("Last-Event-ID") != ""))
+		c.hist = append(c.hist, fmt.Sprintf("%7.3fs conn %d to replica %d, since %v, Last-Event-ID %08x", time.Since(c.h.begin).Seconds(),
+			c.conns, *replica, since != "", idHash(req.Header.Get("Last-Event-ID"))))
 		c.mu.Unlock()
 		res = r
 		return true
@@ -976,14 +993,12 @@ func (c *wcClient) record(b wcBlock) {
 		V   *int64 `json:"v"`
 	}
 	_ = json.Unmarshal([]byte(b.data), &p)
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(b.id))
-	line := fmt.Sprintf("%7.3fs conn %d (replica %d) id %08x %s %s", time.Since(c.h.begin).Seconds(), c.conns, c.on.Load(), h.Sum32(), b.event, p.Key)
+	line := fmt.Sprintf("%7.3fs conn %d (replica %d) id %08x %s %s", time.Since(c.h.begin).Seconds(), c.conns, c.on.Load(), idHash(b.id), b.event, p.Key)
 	if p.V != nil {
 		line += fmt.Sprintf(" v%d", *p.V)
 	}
 	if !b.hasID {
-		line = strings.Replace(line, " id 00000000 ", " no id ", 1)
+		line = strings.Replace(line, fmt.Sprintf(" id %08x ", idHash("")), " no id ", 1)
 	}
 	if len(b.comments) > 0 {
 		line += fmt.Sprintf(" %q", b.comments)
@@ -994,6 +1009,13 @@ func (c *wcClient) record(b wcBlock) {
 		c.hist = c.hist[len(c.hist)-40:]
 	}
 	c.mu.Unlock()
+}
+
+// idHash names an id (or a position) shortly in a client's history.
+func idHash(id string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum32()
 }
 
 // history is the client's recent history; c.mu is held.
