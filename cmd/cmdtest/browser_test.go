@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,8 +125,9 @@ type pageState struct {
 // protocol with chromedp), a page served from another origin gets a ticket with a bearer
 // token (POST /v1/tickets, CORS), opens an EventSource on a view of a real projector
 // process with it, and receives the snapshot (upserts in key order, then synced) and the
-// changes after it. The projector is stopped, once with SIGTERM and once with SIGKILL, while
-// events are published, and restarted on the same port: the browser's EventSource
+// changes after it. The projector is stopped, with SIGTERM, then SIGKILL, then SIGKILL
+// again, while events are published, and restarted on the same port, the last time slowly
+// (it cannot reach NATS until the browser has reconnected to it): the browser's EventSource
 // reconnects by itself with Last-Event-ID, and the page gets every change after the
 // restart exactly once, with no second snapshot, each key's versions strictly increasing,
 // and ends at the view's final state.
@@ -154,18 +157,28 @@ func TestBrowserWatch(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "jetbus.yaml")
 	require.NoError(t, writeFile(cfg, fmt.Sprintf(`
 mongo: {database: %s}
-http: {cors_origins: [%q]}
+http: {cors_origins: [%q], request_timeout: 30s}
 topics: [{name: orders}]
 projections: [{name: orders-view, topic: orders, collection: orders}]
 views: [{name: orders, projection: orders-view}]
 auth: {tokens: [{name: browser, token: %s, views: [orders, ops]}]}
 `, db.Name(), page.URL, token)))
-	runProjector := func() *proc {
+	// startProjector starts a projector on port, connecting to NATS at natsURL; runProjector
+	// starts one on the NATS server and waits until it is ready.
+	startProjector := func(natsURL string) *proc {
 		t.Helper()
-		p := start(t, filepath.Join(bin, "projector"), "run", "--config", cfg, "--nats-url", s.ClientURL(),
+		return start(t, filepath.Join(bin, "projector"), "run", "--config", cfg, "--nats-url", natsURL,
 			"--mongo-uri", mongoURI, "--http-addr", fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	awaitReady := func(p *proc) {
+		t.Helper()
 		require.True(t, embeddedtest.Poll(30*time.Second, 20*time.Millisecond, func() bool { code, _ := p.get("/readyz"); return code == http.StatusOK }),
 			"the projector is ready; stderr:\n%s", p.stderr)
+	}
+	runProjector := func() *proc {
+		t.Helper()
+		p := startProjector(s.ClientURL())
+		awaitReady(p)
 		return p
 	}
 	projector := runProjector()
@@ -356,6 +369,37 @@ auth: {tokens: [{name: browser, token: %s, views: [orders, ops]}]}
 	publish("o-1", map[string]any{"n": 12})
 	awaitChanges("the changes after its second restart")
 
+	// A slow restart: the projector listens, but cannot reach NATS for a while, so its API
+	// is not mounted yet when the browser reconnects. The reconnect waits for it (at most
+	// http.request_timeout) rather than being answered 404, on which an EventSource gives up
+	// for good.
+	code, _ = projector.Stop(syscall.SIGKILL, 30*time.Second)
+	require.Equal(t, -1, code, "killed")
+	publish("o-3", map[string]any{"n": 13})
+	mu.Lock()
+	reconnects := len(watchIDs)
+	mu.Unlock()
+	gate := newGate(t, s.ClientURL())
+	projector = startProjector(gate.url) // listening: start waits for its address
+	require.True(t, embeddedtest.Poll(20*time.Second, 20*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range watchIDs[reconnects:] {
+			if _, ok := sent[id]; ok {
+				return true
+			}
+		}
+		return false
+	}), "the browser reconnects to the projector while it sets up")
+	readyz, _ := projector.get("/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, readyz, "the projector has not reached NATS")
+	assert.NotEqual(t, 2, state().ReadyState, "the EventSource is not closed")
+	gate.open()
+	awaitReady(projector)
+	awaitChanges("the change made while the projector was down (slow restart)")
+	publish("o-2", tombstone)
+	awaitChanges("the changes after its third restart")
+
 	st = state()
 	got := changesAfterSynced(st)
 	var gotS, wantS []string
@@ -391,7 +435,7 @@ auth: {tokens: [{name: browser, token: %s, views: [orders, ops]}]}
 	assert.Equal(t, 1, synced, "one snapshot: the reconnects resumed")
 	assert.Equal(t, viewAt(published[len(published)-1].V), final, "the page ends at the view's state")
 	assert.Equal(t, 1, st.ReadyState, "the EventSource is open; trace: %q", st.Trace)
-	assert.Equal(t, 3, strings.Count(strings.Join(st.Trace, "\n"), "open"), "opened, then reopened after each restart: %q", st.Trace)
+	assert.Equal(t, 4, strings.Count(strings.Join(st.Trace, "\n"), "open"), "opened, then reopened after each restart: %q", st.Trace)
 
 	// The browser sent Last-Event-ID on its reconnects, and the restarted server resumed
 	// there: it sent no snapshot.
@@ -404,13 +448,67 @@ auth: {tokens: [{name: browser, token: %s, views: [orders, ops]}]}
 	}
 	t.Logf("watch requests: %d sent, %d reached the server, %d CORS preflights", len(watchIDs), len(reqs), preflights)
 	mu.Unlock()
-	require.GreaterOrEqual(t, len(reqs), 3, "the first watch request and a reconnect after each restart")
+	require.GreaterOrEqual(t, len(reqs), 4, "the first watch request and a reconnect after each restart")
 	assert.Nil(t, headerOf(reqs[0], "Last-Event-ID"), "the first request starts from a snapshot")
 	for _, h := range reqs[1:] {
 		assert.NotEmpty(t, headerOf(h, "Last-Event-ID"), "a reconnect names the last event: %v", h)
 	}
 	metrics := get("/metrics")
 	assert.Contains(t, metrics, `snapshotapi_watch_events_total{event="synced",view="orders"} 0`, "the restarted projector sent no snapshot")
+}
+
+// gate is a loopback port for NATS clients that forwards to a NATS server once opened;
+// until then nothing listens there, as when the server is not back yet.
+type gate struct {
+	t      *testing.T
+	url    string
+	addr   string
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newGate(t *testing.T, natsURL string) *gate {
+	u, err := url.Parse(natsURL)
+	require.NoError(t, err)
+	g := &gate{t: t, target: u.Host, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	g.url = "nats://" + g.addr
+	return g
+}
+
+// open listens on the gate's port and forwards each connection to the server, until the
+// test ends.
+func (g *gate) open() {
+	ln, err := net.Listen("tcp", g.addr)
+	require.NoError(g.t, err)
+	var wg sync.WaitGroup
+	g.t.Cleanup(func() {
+		_ = ln.Close()
+		g.mu.Lock()
+		for _, c := range g.conns {
+			_ = c.Close()
+		}
+		g.mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			d, err := net.Dial("tcp", g.target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			g.mu.Lock()
+			g.conns = append(g.conns, c, d)
+			g.mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(d, c); _ = d.Close() })
+			wg.Go(func() { _, _ = io.Copy(c, d); _ = c.Close() })
+		}
+	})
 }
 
 // headerOf returns the value of header name in h, case-insensitively (nil when absent).
