@@ -215,3 +215,64 @@ func TestDeadLetterSpanFollowsTheMessage(t *testing.T) {
 	assert.Equal(t, wireSpanID, write.Parent().SpanID().String())
 	assert.Equal(t, dlq.ReasonChangefeed, spanAttr(write, "jetbus.dlq.reason").AsString())
 }
+
+// The safety net, traced: a raw client's event whose handler hangs past its attempts is
+// dead-lettered by the sweeper (no handler span to follow): the letter keeps the event's
+// trace context, its write is a span of the event's trace (a child of the client's span),
+// and its replay continues that trace, linked to the original.
+func TestSweptLetterKeepsTheTrace(t *testing.T) {
+	tp, sr := spanRecorder(t)
+	s, bus, q := tracedEnv(t, tp)
+	ctx, cancel := context.WithCancel(t.Context())
+	swept := make(chan error, 1)
+	go func() { swept <- q.RunSweeper(ctx, 50*time.Millisecond) }()
+	defer func() { cancel(); <-swept }()
+	release := make(chan struct{})
+	var once atomic.Bool
+	sub, err := bus.Subscribe(ctx, "orders", "billing", func(context.Context, *jetbus.Delivery) error {
+		if !once.Load() {
+			<-release
+		}
+		return nil
+	}, jetbus.FromEarliest(), jetbus.MaxAttempts(2), jetbus.AckTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	defer func() { once.Store(true); close(release); _ = sub.Stop() }()
+
+	nc := embeddedtest.Connect(t, s.ClientURL())
+	m := nats.NewMsg("orders.p0")
+	m.Data = []byte(`{"n":1}`)
+	m.Header.Set("Nats-Msg-Id", "evt-hung")
+	m.Header.Set("traceparent", wireTP)
+	m.Header.Set("tracestate", "rojo=1")
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	_, err = js.PublishMsg(m)
+	require.NoError(t, err)
+
+	var ls []*dlq.Letter
+	require.Eventually(t, func() bool {
+		ls, err = q.List(t.Context(), dlq.Filter{Topic: "orders", Reason: dlq.ReasonMaxDeliveries}, 0)
+		return err == nil && len(ls) == 1
+	}, wait, 10*time.Millisecond, "the sweeper dead-letters the hung event")
+	l := ls[0]
+	assert.Equal(t, wireTP, l.Header.Get("traceparent"), "the swept letter keeps the event's trace context")
+	assert.Equal(t, "rojo=1", l.Header.Get("tracestate"))
+
+	write := endedSpan(t, sr, "dead-letter orders")
+	assert.Equal(t, dlq.ReasonMaxDeliveries, spanAttr(write, "jetbus.dlq.reason").AsString())
+	assert.Equal(t, wireTraceID, write.SpanContext().TraceID().String(), "in the event's trace")
+	assert.Equal(t, wireSpanID, write.Parent().SpanID().String(), "a child of the client's span")
+
+	once.Store(true)
+	rep, err := q.Replay(t.Context(), bus, dlq.ReplayOptions{Filter: dlq.Filter{Topic: "orders"}})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Replayed)
+	replay := endedSpan(t, sr, "replay orders")
+	assert.Equal(t, wireTraceID, replay.SpanContext().TraceID().String(), "the replay continues the original trace")
+	var original bool
+	for _, lk := range replay.Links() {
+		original = original || lk.SpanContext.SpanID().String() == wireSpanID
+	}
+	assert.True(t, original, "the replay links to the original span")
+	assert.Equal(t, wireTraceID, storedHeader(t, bus).Get("traceparent")[3:35], "the replayed event carries the original trace ID")
+}

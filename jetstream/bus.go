@@ -79,7 +79,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 			return nil, err
 		}
 	}
-	js, err := natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(o.asyncPending))
+	js, err := natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(o.asyncPending), natsjs.WithPublishAsyncTimeout(asyncPublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetbus: jetstream: %w", retry.Opaque(err))
 	}

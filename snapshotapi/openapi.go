@@ -347,7 +347,54 @@ func (s *Server) buildOpenAPI(payloads map[string]*schema.Version) obj {
 	if secured {
 		doc["security"] = security
 	}
+	if s.tracer != nil {
+		addTraceContext(components, paths)
+	}
 	return doc
+}
+
+// addTraceContext describes what a traced API adds (trace.go): every operation takes W3C
+// traceparent and tracestate headers, and every answer carries traceresponse.
+func addTraceContext(components, paths obj) {
+	components["headers"].(obj)[HeaderTraceResponse] = obj{"description": "W3C Trace Context Level 2: the context of this request's server span, " +
+		"00-<trace-id>-<span-id>-<flags>, to find the request's trace.", "schema": obj{"type": "string", "pattern": "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"}}
+	params := components["parameters"].(obj)
+	params["traceparent"] = obj{"name": "traceparent", "in": "header", "description": "W3C Trace Context: the request's span continues this trace (a malformed one is ignored).",
+		"schema": obj{"type": "string"}}
+	params["tracestate"] = obj{"name": "tracestate", "in": "header", "description": "W3C Trace Context: vendor state carried with traceparent.", "schema": obj{"type": "string"}}
+	withHeader := func(r any) {
+		m, ok := r.(obj)
+		if !ok || m["$ref"] != nil {
+			return // a reference: its target in components.responses gets the header
+		}
+		h := obj{}
+		if old, ok := m["headers"].(obj); ok {
+			for k, v := range old {
+				h[k] = v
+			}
+		}
+		h[HeaderTraceResponse] = ref("headers/" + HeaderTraceResponse)
+		m["headers"] = h
+	}
+	for _, r := range components["responses"].(obj) {
+		withHeader(r)
+	}
+	for _, item := range paths {
+		for _, op := range item.(obj) {
+			op := op.(obj)
+			ps, _ := op["parameters"].([]any)
+			op["parameters"] = append(append([]any(nil), ps...), ref("parameters/traceparent"), ref("parameters/tracestate"))
+			for _, r := range op["responses"].(obj) {
+				// Operations share response objects: each gets the header once.
+				if m, ok := r.(obj); ok {
+					if h, ok := m["headers"].(obj); ok && h[HeaderTraceResponse] != nil {
+						continue
+					}
+				}
+				withHeader(r)
+			}
+		}
+	}
 }
 
 // itemSchema is the JSON Schema of a view's documents, and the registry's payload schema

@@ -136,3 +136,48 @@ func TestNoTraceResponseUntraced(t *testing.T) {
 	require.Equal(t, 200, r.StatusCode)
 	assert.Empty(t, r.Header.Get("traceresponse"))
 }
+
+// A traced API's document says so: every operation takes traceparent and tracestate, and
+// every response (the error responses too) has the traceresponse header, whose answers
+// validate against it; an untraced API's document does not mention them.
+func TestOpenAPITraceContext(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	a := tracedAPI(t, tp)
+	a.noSpec = false
+	doc := a.spec()
+	ops := 0
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			ops++
+			var names []string
+			for _, p := range op.Parameters {
+				names = append(names, p.Value.Name)
+			}
+			assert.Subset(t, names, []string{"traceparent", "tracestate"}, "%s %s", method, path)
+			for status, r := range op.Responses.Map() {
+				assert.Contains(t, r.Value.Headers, "traceresponse", "%s %s %s", method, path, status)
+			}
+		}
+	}
+	assert.Positive(t, ops)
+	// Answers validate against the document, traceresponse included (its pattern).
+	r := a.get("/v1/views/orders/k1", "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	require.Equal(t, 200, r.StatusCode)
+	require.NotEmpty(t, r.Header.Get("traceresponse"))
+	r = a.get("/v1/views/orders/nope")
+	require.Equal(t, 404, r.StatusCode)
+
+	plain := tracedAPI(t, nil)
+	plain.noSpec = false
+	for path, item := range plain.spec().Paths.Map() {
+		for method, op := range item.Operations() {
+			for _, p := range op.Parameters {
+				assert.NotEqual(t, "traceparent", p.Value.Name, "%s %s", method, path)
+			}
+			for status, r := range op.Responses.Map() {
+				assert.NotContains(t, r.Value.Headers, "traceresponse", "%s %s %s", method, path, status)
+			}
+		}
+	}
+}
