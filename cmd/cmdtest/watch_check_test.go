@@ -332,7 +332,7 @@ views: [{name: orders, projection: orders-view, max_limit: 1000}]
 
 	// Every version published after a client's position reached it, or a later one did
 	// (coalesced).
-	var msgs, resumes, switches, overflows, snapshots, cuts, coalesced, unmounted int
+	var msgs, resumes, switches, overflows, snapshots, cuts, coalesced int
 	for _, c := range h.clients {
 		c.mu.Lock()
 		missed, skipped := 0, 0
@@ -355,7 +355,7 @@ views: [{name: orders, projection: orders-view, max_limit: 1000}]
 		t.Logf("client %2d %-9s slow=%-5v from entry %5d: %6d messages, %3d resumes, %d snapshots (%d cut), %d switches, %d overflows; of the %d versions after its position %d coalesced, %d missed",
 			c.i, c.origin, c.slow, c.mark, c.msgs, c.resumes, c.snapshots, c.cuts, c.switches, c.overflows, len(h.ledger.entries)-c.mark, skipped, missed)
 		msgs, resumes, switches, overflows, snapshots = msgs+c.msgs, resumes+c.resumes, switches+c.switches, overflows+c.overflows, snapshots+c.snapshots
-		cuts, coalesced, unmounted = cuts+c.cuts, coalesced+skipped, unmounted+c.unmounted
+		cuts, coalesced = cuts+c.cuts, coalesced+skipped
 		c.mu.Unlock()
 	}
 	stale, dead := 0, 0
@@ -365,8 +365,7 @@ views: [{name: orders, projection: orders-view, max_limit: 1000}]
 		dead += metricValue(m, "projection_events_total", `outcome="dead_lettered"`)
 	}
 	phase("%d messages, %d resumes, %d snapshots (%d cut and resumed midway), %d switches followed, %d overflows, %d versions coalesced; "+
-		"%d watches 404ed by a replica starting; %d stale events on the running replicas",
-		msgs, resumes, snapshots, cuts, switches, overflows, coalesced, unmounted, stale)
+		"%d stale events on the running replicas", msgs, resumes, snapshots, cuts, switches, overflows, coalesced, stale)
 	assert.Positive(t, activations, "MongoDB reported write concern errors")
 	assert.Positive(t, storedAgain, "events were delivered again")
 	assert.Positive(t, stale, "the replicas saw events older than the view")
@@ -648,7 +647,7 @@ type wcClient struct {
 	hist   []string
 	dumped bool
 
-	msgs, resumes, switches, overflows, snapshots, cuts, unmounted int
+	msgs, resumes, switches, overflows, snapshots, cuts int
 }
 
 // wcCheckpointEvery is how many messages a client receives between two checkpoints; it keeps
@@ -862,15 +861,6 @@ func (c *wcClient) open(ctx context.Context, replica *int, since string) (*http.
 			body, _ := io.ReadAll(r.Body)
 			_ = r.Body.Close()
 			cancel()
-			if r.StatusCode == http.StatusNotFound && string(body) == "404 page not found\n" {
-				// A replica starting: its operations server answers before the snapshot API
-				// is mounted on it (process.Env.Handle), and 404s the API's paths meanwhile.
-				c.mu.Lock()
-				c.unmounted++
-				c.mu.Unlock()
-				*replica = 1 - *replica
-				return false
-			}
 			c.mu.Lock()
 			hist := c.history()
 			c.mu.Unlock()
