@@ -383,7 +383,7 @@ func (w *watcher) drainRing() bool {
 		}
 		if time.Since(checked) >= time.Second {
 			checked = time.Now()
-			if live, err := w.v.resolve(w.ctx, w.s.now); err == nil && live.collection != w.coll {
+			if live, ok := w.v.peek(w.s.hubsCtx, w.s.now, w.s.cfg.RequestTimeout); ok && live.collection != w.coll {
 				if err := w.follow(live); err != nil {
 					if w.ctx.Err() == nil {
 						w.stop(errors.Is(err, errOverflow), err)
