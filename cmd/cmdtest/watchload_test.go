@@ -840,8 +840,8 @@ func (c *watchClient) stream(ctx context.Context, lt *watchLoad) error {
 			c.unavailable.Add(1) // a bound, or the setup's request timeout: try again
 			return errRetry{resp.StatusCode}
 		case resp.StatusCode == http.StatusGone:
-			// The position is no longer resumable (the test backend's oplog keeps 10,000
-			// changes): start again from a snapshot, as docs/views.md tells a client to.
+			// The position is no longer resumable: start again from a snapshot, as
+			// docs/views.md tells a client to.
 			c.expired.Add(1)
 			c.lastID = ""
 			return errors.New("position expired")
@@ -1039,7 +1039,9 @@ func runWatchBackends(dir string) int {
 		return 1
 	}
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	ms, err := minimongo.Start(minimongo.Options{})
+	// An oplog of a million changes (the test backend keeps 10,000 by default), as a real
+	// deployment's holds hours of them: a watch resuming after a burst finds its position.
+	ms, err := minimongo.Start(minimongo.Options{OplogSize: 1_000_000})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "backends:", err)
 		return 1
@@ -1053,7 +1055,7 @@ func runWatchBackends(dir string) int {
 // The probe: the test binary run again as one SSE client in a process of its own, apart
 // from the load generator's goroutines (TestMain runs it when watchProbeEnv is set). It
 // prints "m <received, Unix ns> <key> <version> <live>" for every upsert and delete, "s" at
-// synced, and exits when its stream ends.
+// synced, and "r <what>" when its stream ends or is refused (it resumes), until killed.
 const (
 	watchProbeEnv      = "JETBUS_WATCH_PROBE_URL"
 	watchProbeTokenEnv = "JETBUS_WATCH_PROBE_TOKEN"
@@ -1093,6 +1095,11 @@ func (lt *watchLoad) startProbe(t *testing.T) {
 				k, _ := strconv.Atoi(f[2])
 				v, _ := strconv.ParseInt(f[3], 10, 64)
 				pr.c.record(lt, k, v, time.Unix(0, at), f[4] == "1")
+			case len(f) == 2 && f[0] == "r":
+				if n := map[string]*atomic.Int64{"unavailable": &pr.c.unavailable, "expired": &pr.c.expired, "overflow": &pr.c.overflows,
+					"disconnect": &pr.c.disconnects, "ended": &pr.c.ended, "resumed": &pr.c.resumed}[f[1]]; n != nil {
+					n.Add(1)
+				}
 			}
 		}
 	}()
@@ -1109,42 +1116,72 @@ func (pr *watchProbe) stop() {
 	pr.cmd = nil
 }
 
-// runWatchProbe is the probe process.
+// runWatchProbe is the probe process: it streams, resuming as an EventSource does (and as
+// the clients of the test process do), until it is killed.
 func runWatchProbe(url, token string) int {
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := (&http.Client{Transport: &http.Transport{DisableCompression: true}}).Do(req)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "probe:", err)
-		return 1
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintln(os.Stderr, "probe: watch answered", resp.Status)
-		return 1
-	}
 	out := bufio.NewWriter(os.Stdout)
-	err = readStream(resp.Body, false, func(m sseMessage) error {
-		switch m.event {
-		case "upsert", "delete":
-			at := time.Now().UnixNano()
-			k, v, ok := parseKeyVersion(m.data)
-			if !ok {
-				return fmt.Errorf("%s without key or version: %s", m.event, m.data)
-			}
-			live := 0
-			if m.live {
-				live = 1
-			}
-			fmt.Fprintf(out, "m %d %d %d %d\n", at, k, v, live)
-		case "synced":
-			fmt.Fprintln(out, "s")
+	note := func(line string) { fmt.Fprintln(out, line); _ = out.Flush() }
+	cl := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	lastID := ""
+	for {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Accept", "text/event-stream")
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
 		}
-		return out.Flush()
-	})
-	fmt.Fprintln(os.Stderr, "probe: the stream ended:", err)
-	return 2
+		resp, err := cl.Do(req)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "probe:", err)
+			return 1
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+		case http.StatusServiceUnavailable:
+			resp.Body.Close()
+			note("r unavailable")
+			time.Sleep(time.Second) // Retry-After: 1
+			continue
+		case http.StatusGone:
+			resp.Body.Close()
+			note("r expired")
+			lastID = ""
+			continue
+		default:
+			fmt.Fprintln(os.Stderr, "probe: watch answered", resp.Status)
+			return 1
+		}
+		err = readStream(resp.Body, lastID != "", func(m sseMessage) error {
+			if m.end {
+				note("r ended")
+				return nil
+			}
+			if m.id != nil {
+				lastID = string(m.id)
+			}
+			switch m.event {
+			case "upsert", "delete":
+				at := time.Now().UnixNano()
+				k, v, ok := parseKeyVersion(m.data)
+				if !ok {
+					return fmt.Errorf("%s without key or version: %s", m.event, m.data)
+				}
+				live := 0
+				if m.live {
+					live = 1
+				}
+				fmt.Fprintf(out, "m %d %d %d %d\n", at, k, v, live)
+			case "synced":
+				fmt.Fprintln(out, "s")
+			case "overflow", "disconnect":
+				note("r " + m.event)
+				return errors.New(m.event)
+			}
+			return out.Flush()
+		})
+		resp.Body.Close()
+		note("r resumed")
+	}
 }
 
 // processCPU is the CPU time pid used so far (user and system), from /proc.
