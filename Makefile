@@ -95,7 +95,9 @@ e2e: e2e-node
 ## throughput with and without them in alternating rounds (written to WATCH_LOAD_RESULTS; make
 ## test runs 100 watchers for a few seconds); a flood of refused 256 KiB messages
 ## for 30 s beside 20,000 valid ones (make test: 5 s, 5,000); a million dead letters replayed by
-## the bridge binary within 64 MiB of memory (make test: 20,000 letters, memory compared with a tenth).
+## the bridge binary within 64 MiB of memory (make test: 20,000 letters, memory compared with a tenth);
+## the watch checker: 50,000 events over 1,000 keys watched by 24 SSE clients of two projector
+## processes, one SIGKILLed, while a rebuild switches (make test: 5,000 events over 200 keys).
 LOAD_RESULTS ?= $(CURDIR)/bin/load-results.txt
 WATCH_LOAD_RESULTS ?= $(CURDIR)/bin/watch-load-results.txt
 test-long:
@@ -111,6 +113,9 @@ test-long:
 	# publishes (make test runs the short flood with -race).
 	$(GO) test -count=1 -tags long -timeout 10m -run '^TestFloodOfRefusals$$' -v ./ingress/
 	$(GO) test -count=1 -tags long -timeout 20m -run '^TestReplayMillionLetters$$' -v ./cmd/cmdtest/
+	# Without -race: the race detector slows the MongoDB test backend, which runs in the test
+	# process, more than the load it serves (make test runs the short checker with -race).
+	$(GO) test -count=1 -tags long -timeout 20m -run '^TestWatchChecker$$' -v ./cmd/cmdtest/
 
 ## dev: the whole pipeline on one machine from examples/jetbus.yaml (DEV_CONFIG): dev builds
 ## (-tags dev) of bridge and projector, started by bin/dev/jetbus-dev: the bridge with the

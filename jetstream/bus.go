@@ -38,8 +38,9 @@ type Bus struct {
 	mu     sync.Mutex
 	closed bool
 	subs   map[*subscription]struct{}
-	// pending holds the deliveries of ManualAck subscriptions awaiting Ack or Nack.
-	pending map[pendingKey]*pendingDelivery
+	// pending holds the deliveries of ManualAck subscriptions awaiting Ack or Nack, per event
+	// ID oldest first (ack.go).
+	pending map[pendingKey][]*pendingDelivery
 }
 
 var (
@@ -101,7 +102,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 		opts:    o,
 		metrics: m,
 		subs:    make(map[*subscription]struct{}),
-		pending: make(map[pendingKey]*pendingDelivery),
+		pending: make(map[pendingKey][]*pendingDelivery),
 
 		tracer:      spans.Tracer(o.tracer, scope),
 		keepBaggage: baggageFilter(o.baggageKeys),

@@ -169,12 +169,42 @@ func (b *Bus) publishResending(ctx context.Context, topic string, msg *nats.Msg)
 		if err == nil {
 			return ack, nil
 		}
-		if ctx.Err() != nil || !unanswered {
-			return nil, err // the publish's own deadline, or an answer
+		if ctx.Err() != nil {
+			return nil, err // the publish's own deadline
+		}
+		if !unanswered {
+			if !b.electing(ctx, topic, err) {
+				return nil, err // an answer
+			}
+			// No replica answers for a stream that exists: ask again shortly.
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(electionRetry):
+			}
 		}
 		b.metrics.resent(topic)
 		wait *= 2
 	}
+}
+
+// electionRetry is how soon a publish is sent again after "no responders" from a stream
+// that exists (its leader being elected).
+const electionRetry = 250 * time.Millisecond
+
+// electing reports whether err says that no replica of topic's stream answered although the
+// stream exists: its leader is being elected (a node restarting, a cluster starting), which
+// is no reason to give the publish up. A stream the server says is gone, or another error, is
+// not (Publish then fails with jetbus.ErrTopicNotFound or the error). A lookup that cannot
+// be answered either counts as an election.
+func (b *Bus) electing(ctx context.Context, topic string, err error) bool {
+	if !errors.Is(err, natsjs.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, lerr := b.js.Stream(lctx, jetbus.StreamName(topic))
+	return !errors.Is(lerr, natsjs.ErrStreamNotFound)
 }
 
 func (b *Bus) publishError(topic string, err error) error {
@@ -235,9 +265,10 @@ func (f *publishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
 
 // awaitAck waits for fut's acknowledgement, sending its message again each time the resend
 // interval passes without one since sent (the interval doubling), until ctx ends. The first
-// acknowledgement of any copy is the answer; an error answer of the original ends the wait,
-// one of a copy only when no other copy is pending. A copy that cannot be sent (the
-// pending bound reached) is tried again at the next interval.
+// acknowledgement of any copy is the answer; an error answer ends the wait when no other copy
+// is pending, but for "no responders" from a stream that exists (electing), after which a
+// copy is sent shortly. A copy that cannot be sent (the pending bound reached) is tried
+// again at the next interval.
 func (b *Bus) awaitAck(ctx context.Context, topic string, fut natsjs.PubAckFuture, sent time.Time) (*natsjs.PubAck, error) {
 	okA, errA := fut.Ok(), fut.Err()
 	var okB <-chan *natsjs.PubAck
@@ -255,15 +286,21 @@ func (b *Bus) awaitAck(ctx context.Context, topic string, fut natsjs.PubAckFutur
 			ack.Duplicate = false
 			return ack, nil
 		case err := <-errA:
-			if okB == nil {
-				return nil, err
-			}
 			okA, errA = nil, nil
-		case err := <-errB:
-			if okA == nil {
-				return nil, err
+			if okB == nil {
+				if !b.electing(ctx, topic, err) {
+					return nil, err
+				}
+				timer.Reset(electionRetry) // send a copy once the stream may have a leader
 			}
+		case err := <-errB:
 			okB, errB = nil, nil
+			if okA == nil {
+				if !b.electing(ctx, topic, err) {
+					return nil, err
+				}
+				timer.Reset(electionRetry)
+			}
 		case <-timer.C:
 			select { // the acknowledgement may have come meanwhile (a Wait called late)
 			case ack := <-okA:

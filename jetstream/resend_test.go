@@ -123,3 +123,61 @@ func TestPublishResendLimits(t *testing.T) {
 	_, err = b.Publish(t.Context(), "orders", 1)
 	assert.ErrorIs(t, err, jetbus.ErrTopicNotFound, "no responders: not sent again")
 }
+
+// "No responders" from a stream that exists — as while its leader is being elected — is no
+// reason to give a publish up: Publish and PublishAsync's Wait ask again until a replica
+// answers (here: until the stream takes the subject again), within their contexts.
+func TestPublishWaitsOutAnElection(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	admin := embeddedtest.Bus(t, s.ClientURL())
+	reg := prometheus.NewRegistry()
+	b := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithRegisterer(reg), jbjs.WithResendAfter(50*time.Millisecond))
+	ctx := t.Context()
+	for _, async := range []bool{false, true} {
+		topic := map[bool]string{false: "sync", true: "async"}[async]
+		require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: topic}))
+		_, err := b.Publish(ctx, topic, 0)
+		require.NoError(t, err)
+		before := metricValue(t, reg, "events_publish_resent_total")
+		st, err := admin.JetStream().Stream(ctx, jetbus.StreamName(topic))
+		require.NoError(t, err)
+		cfg := st.CachedInfo().Config
+		subjects := cfg.Subjects
+		cfg.Subjects = []string{"nowhere." + topic}
+		_, err = admin.JetStream().UpdateStream(ctx, cfg) // nobody answers on the topic's subjects
+		require.NoError(t, err)
+
+		done := make(chan error, 1)
+		go func() {
+			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if async {
+				fut, err := b.PublishAsync(pctx, topic, 1)
+				if err == nil {
+					_, err = fut.Wait(pctx)
+				}
+				done <- err
+				return
+			}
+			_, err := b.Publish(pctx, topic, 1)
+			done <- err
+		}()
+		require.Eventually(t, func() bool { return metricValue(t, reg, "events_publish_resent_total") >= before+2 },
+			10*time.Second, 10*time.Millisecond, "the publish is sent again while nobody answers")
+		select {
+		case err := <-done:
+			t.Fatalf("the publish ended while the stream did not answer: %v", err)
+		default:
+		}
+		cfg.Subjects = subjects
+		_, err = admin.JetStream().UpdateStream(ctx, cfg)
+		require.NoError(t, err)
+		select {
+		case err := <-done:
+			require.NoError(t, err, "stored once the stream answers")
+		case <-time.After(15 * time.Second):
+			t.Fatal("the publish did not end after the stream answered again")
+		}
+		assert.Equal(t, uint64(2), streamMsgs(t, admin, topic))
+	}
+}
