@@ -95,6 +95,12 @@ func binaries(t *testing.T, tags string) string {
 }
 
 func TestMain(m *testing.M) {
+	if url := os.Getenv(watchProbeEnv); url != "" { // TestWatchLoad's probe
+		os.Exit(runWatchProbe(url, os.Getenv(watchProbeTokenEnv)))
+	}
+	if dir := os.Getenv(watchBackendsEnv); dir != "" { // TestWatchLoad's NATS and MongoDB
+		os.Exit(runWatchBackends(dir))
+	}
 	code := m.Run()
 	buildOnce.Range(func(_, v any) bool {
 		if b := v.(*built); b.dir != "" {
