@@ -90,19 +90,32 @@ e2e: e2e-node
 ## test-long: the long variants (build tag long): the transactional projection killed with
 ## SIGKILL mid-batch twelve times over 30,000 events (make test runs three kills over 3,000);
 ## 5,000 keep-alive HTTP clients against one projector for a minute (latencies logged, and
-## written to LOAD_RESULTS; make test runs 300 for 5 s); a flood of refused 256 KiB messages
+## written to LOAD_RESULTS; make test runs 300 for 5 s); 2,000 watchers (Server-Sent Events)
+## of a view: commit-to-client latency at a steady rate and in bursts, and the projector's
+## throughput with and without them in alternating rounds (written to WATCH_LOAD_RESULTS; make
+## test runs 100 watchers for a few seconds); a flood of refused 256 KiB messages
 ## for 30 s beside 20,000 valid ones (make test: 5 s, 5,000); a million dead letters replayed by
-## the bridge binary within 64 MiB of memory (make test: 20,000 letters, memory compared with a tenth).
+## the bridge binary within 64 MiB of memory (make test: 20,000 letters, memory compared with a tenth);
+## the watch checker: 50,000 events over 1,000 keys watched by 24 SSE clients of two projector
+## processes, one SIGKILLed, while a rebuild switches (make test: 5,000 events over 200 keys).
 LOAD_RESULTS ?= $(CURDIR)/bin/load-results.txt
+WATCH_LOAD_RESULTS ?= $(CURDIR)/bin/watch-load-results.txt
 test-long:
 	$(GO) test -race -count=1 -tags long -timeout 30m -run 'SIGKILL' ./projection/
-	mkdir -p $(dir $(LOAD_RESULTS))
+	mkdir -p $(dir $(LOAD_RESULTS)) $(dir $(WATCH_LOAD_RESULTS))
 	JETBUS_LOAD_RESULTS=$(LOAD_RESULTS) $(GO) test -count=1 -tags long -timeout 10m -run '^TestHTTPLoad$$' -v ./cmd/cmdtest/
+	# Without -race, as TestHTTPLoad: it measures the projector (a production build) and the
+	# race detector would slow the 2,000 clients many times more (make test runs the short
+	# version with -race).
+	JETBUS_WATCH_LOAD_RESULTS=$(WATCH_LOAD_RESULTS) $(GO) test -count=1 -tags long -timeout 30m -run '^TestWatchLoad$$' -v ./cmd/cmdtest/
 	# Without -race: the flood measures whether ingress reads as fast as a client floods it, and
 	# the race detector slows ingress's per-byte checks many times more than the flooder's
 	# publishes (make test runs the short flood with -race).
 	$(GO) test -count=1 -tags long -timeout 10m -run '^TestFloodOfRefusals$$' -v ./ingress/
 	$(GO) test -count=1 -tags long -timeout 20m -run '^TestReplayMillionLetters$$' -v ./cmd/cmdtest/
+	# Without -race: the race detector slows the MongoDB test backend, which runs in the test
+	# process, more than the load it serves (make test runs the short checker with -race).
+	$(GO) test -count=1 -tags long -timeout 20m -run '^TestWatchChecker$$' -v ./cmd/cmdtest/
 
 ## dev: the whole pipeline on one machine from examples/jetbus.yaml (DEV_CONFIG): dev builds
 ## (-tags dev) of bridge and projector, started by bin/dev/jetbus-dev: the bridge with the

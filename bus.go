@@ -17,7 +17,9 @@ type Bus interface {
 	// Subscribe consumes topic (and the FanIn topics) as the durable group and calls h for
 	// every event until ctx is done or the Subscription is stopped.
 	Subscribe(ctx context.Context, topic, group string, h Handler, opts ...SubscribeOption) (Subscription, error)
-	// Ack acknowledges a delivery of a ManualAck subscription.
+	// Ack acknowledges a delivery of a ManualAck subscription. An ID stored twice in the topic
+	// (published again after the duplicate window) may have two deliveries pending: each
+	// Ack or Nack of the ID settles the oldest.
 	Ack(ctx context.Context, topic, group, id string) error
 	// Nack rejects a delivery of a ManualAck subscription: it is delivered again after the
 	// subscription's backoff, or dead-lettered if it was the last attempt.

@@ -41,9 +41,11 @@ func startServer(opts *server.Options, configure func(*server.Server)) (*server.
 		configure(s)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	// Generous: a node of a cluster with JetStream, on a machine loaded by other suites,
+	// took more than 10 s once.
+	if !s.ReadyForConnections(30 * time.Second) {
 		s.Shutdown()
-		return nil, fmt.Errorf("embeddedtest: server not ready within 10s")
+		return nil, fmt.Errorf("embeddedtest: server not ready within 30s")
 	}
 	return s, nil
 }

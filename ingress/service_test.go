@@ -59,12 +59,16 @@ func TestServiceDiscoveryAndMetrics(t *testing.T) {
 			Data        ingress.Stats `json:"data"`
 		} `json:"endpoints"`
 	}
-	resp, err = nc.Request("$SRV.STATS.jetbus-ingress", nil, wait)
-	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(resp.Data, &stats))
-	require.Len(t, stats.Endpoints, 1)
+	// The micro service counts a request once its handler returned, after the reply went
+	// out: ask until the last one is counted.
+	require.Eventually(t, func() bool {
+		resp, err := nc.Request("$SRV.STATS.jetbus-ingress", nil, wait)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(resp.Data, &stats))
+		require.Len(t, stats.Endpoints, 1)
+		return stats.Endpoints[0].NumRequests == 4
+	}, wait, 10*time.Millisecond, "four requests counted: %+v", stats)
 	st := stats.Endpoints[0]
-	assert.Equal(t, 4, st.NumRequests)
 	assert.Equal(t, uint64(2), st.Data.Accepted)
 	assert.Equal(t, map[ingress.Code]uint64{ingress.CodeNotAllowed: 1, ingress.CodeNotJSON: 1}, st.Data.Rejected)
 	assert.Equal(t, g.Stats(), st.Data)

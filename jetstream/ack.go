@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -22,33 +23,60 @@ type pendingDelivery struct {
 	attempt int
 }
 
+// The pending deliveries of an event ID are a list, oldest first: an ID published again
+// after the topic's duplicate window is stored twice (a producer's late retry, a replay), and
+// both deliveries may be pending at once (a batch holds them both). Each settlement by ID
+// (Ack, Nack, AckBatch) takes the oldest, so that as many settlements as deliveries settle
+// them all; otherwise the one left would wait for its ack timeout, holding the partition's
+// lag above zero meanwhile.
+
 func (b *Bus) addPending(k pendingKey, p *pendingDelivery) {
 	b.mu.Lock()
-	b.pending[k] = p
+	b.pending[k] = append(b.pending[k], p)
 	b.mu.Unlock()
 }
 
-// takePending removes the pending delivery of k if it is still msg (or any msg when msg is
-// nil) and reports whether it did.
+// takePending removes the pending delivery of k that is msg (the oldest when msg is nil)
+// and reports whether it did.
 func (b *Bus) takePending(k pendingKey, msg natsjs.Msg) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	p, ok := b.pending[k]
-	if !ok || (msg != nil && p.msg != msg) {
-		return false
+	for i, p := range b.pending[k] {
+		if msg == nil || p.msg == msg {
+			b.removePending(k, i)
+			return true
+		}
 	}
-	delete(b.pending, k)
-	return true
+	return false
+}
+
+// takeOldest removes the oldest pending delivery of k and returns it; b.mu is held.
+func (b *Bus) takeOldest(k pendingKey) (*pendingDelivery, bool) {
+	ps := b.pending[k]
+	if len(ps) == 0 {
+		return nil, false
+	}
+	p := ps[0]
+	b.removePending(k, 0)
+	return p, true
+}
+
+// removePending removes the i-th pending delivery of k; b.mu is held.
+func (b *Bus) removePending(k pendingKey, i int) {
+	ps := b.pending[k]
+	if len(ps) == 1 {
+		delete(b.pending, k)
+		return
+	}
+	b.pending[k] = slices.Delete(ps, i, i+1)
 }
 
 func (b *Bus) lookupPending(ctx context.Context, topic, group, id string) (*pendingDelivery, error) {
 	if _, err := b.checkNames(ctx, topic, group); err != nil {
 		return nil, err
 	}
-	k := pendingKey{topic, group, id}
 	b.mu.Lock()
-	p, ok := b.pending[k]
-	delete(b.pending, k)
+	p, ok := b.takeOldest(pendingKey{topic, group, id})
 	b.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: %s in %s/%s", jetbus.ErrUnknownEvent, id, topic, group)
@@ -66,10 +94,19 @@ func (b *Bus) takePendingOf(s *subscription, pc *partConsumer) []*pendingDeliver
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []*pendingDelivery
-	for k, p := range b.pending {
-		if p.sub == s && (pc == nil || p.pc == pc) {
-			out = append(out, p)
+	for k, ps := range b.pending {
+		kept := ps[:0]
+		for _, p := range ps {
+			if p.sub == s && (pc == nil || p.pc == pc) {
+				out = append(out, p)
+			} else {
+				kept = append(kept, p)
+			}
+		}
+		if len(kept) == 0 {
 			delete(b.pending, k)
+		} else {
+			b.pending[k] = kept
 		}
 	}
 	return out
@@ -91,9 +128,11 @@ func (b *Bus) hasPending(pc *partConsumer) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, p := range b.pending {
-		if p.pc == pc {
-			return true
+	for _, ps := range b.pending {
+		for _, p := range ps {
+			if p.pc == pc {
+				return true
+			}
 		}
 	}
 	return false
@@ -168,8 +207,8 @@ func (b *Bus) AckBatch(ctx context.Context, topic, group string, ids ...string) 
 }
 
 // InProgress tells the server that pending ManualAck deliveries of the group are still being
-// worked on, so their ack timeout starts again (e.g. while a batch's write is retried). The
-// deliveries stay pending.
+// worked on, so their ack timeout starts again (e.g. while a batch's write is retried): every
+// pending delivery of each ID. The deliveries stay pending.
 func (b *Bus) InProgress(ctx context.Context, topic, group string, ids ...string) error {
 	if _, err := b.checkNames(ctx, topic, group); err != nil {
 		return err
@@ -178,9 +217,11 @@ func (b *Bus) InProgress(ctx context.Context, topic, group string, ids ...string
 	var ms []natsjs.Msg
 	var unknown []string
 	for _, id := range ids {
-		if p, ok := b.pending[pendingKey{topic, group, id}]; ok {
+		ps := b.pending[pendingKey{topic, group, id}]
+		for _, p := range ps {
 			ms = append(ms, p.msg)
-		} else {
+		}
+		if len(ps) == 0 {
 			unknown = append(unknown, id)
 		}
 	}
@@ -199,7 +240,8 @@ func (b *Bus) InProgress(ctx context.Context, topic, group string, ids ...string
 // flushTimeout bounds the round trip that confirms the server received a batch of acks.
 const flushTimeout = 10 * time.Second
 
-// takeAll removes the pending deliveries of ids and returns them, with the IDs that had none.
+// takeAll removes a pending delivery of each of ids (the oldest of its ID: an ID given twice
+// takes two) and returns them, with the IDs that had none.
 func (b *Bus) takeAll(ctx context.Context, topic, group string, ids []string) ([]*pendingDelivery, []string, error) {
 	if _, err := b.checkNames(ctx, topic, group); err != nil {
 		return nil, nil, err
@@ -209,13 +251,11 @@ func (b *Bus) takeAll(ctx context.Context, topic, group string, ids []string) ([
 	ps := make([]*pendingDelivery, 0, len(ids))
 	var unknown []string
 	for _, id := range ids {
-		k := pendingKey{topic, group, id}
-		p, ok := b.pending[k]
+		p, ok := b.takeOldest(pendingKey{topic, group, id})
 		if !ok {
 			unknown = append(unknown, id)
 			continue
 		}
-		delete(b.pending, k)
 		ps = append(ps, p)
 	}
 	return ps, unknown, nil

@@ -38,8 +38,9 @@ type Bus struct {
 	mu     sync.Mutex
 	closed bool
 	subs   map[*subscription]struct{}
-	// pending holds the deliveries of ManualAck subscriptions awaiting Ack or Nack.
-	pending map[pendingKey]*pendingDelivery
+	// pending holds the deliveries of ManualAck subscriptions awaiting Ack or Nack, per event
+	// ID oldest first (ack.go).
+	pending map[pendingKey][]*pendingDelivery
 }
 
 var (
@@ -78,7 +79,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 			return nil, err
 		}
 	}
-	js, err := natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(o.asyncPending))
+	js, err := natsjs.New(nc, natsjs.WithPublishAsyncMaxPending(o.asyncPending), natsjs.WithPublishAsyncTimeout(asyncPublishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetbus: jetstream: %w", retry.Opaque(err))
 	}
@@ -101,7 +102,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 		opts:    o,
 		metrics: m,
 		subs:    make(map[*subscription]struct{}),
-		pending: make(map[pendingKey]*pendingDelivery),
+		pending: make(map[pendingKey][]*pendingDelivery),
 
 		tracer:      spans.Tracer(o.tracer, scope),
 		keepBaggage: baggageFilter(o.baggageKeys),

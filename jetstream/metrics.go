@@ -20,6 +20,7 @@ type metrics struct {
 	handlerMs      *prometheus.HistogramVec
 	pollMs         *prometheus.HistogramVec
 	traceDropped   *prometheus.CounterVec
+	resentTotal    *prometheus.CounterVec
 }
 
 var msBuckets = []float64{0.1, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000}
@@ -40,12 +41,14 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		traceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_trace_headers_dropped_total",
 			Help: "Malformed trace context headers dropped (traceparent with its tracestate, tracestate, baggage), by topic and header, at publish and at delivery."},
 			[]string{"topic", "header"}),
+		resentTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "events_publish_resent_total",
+			Help: "Publishes sent again because their acknowledgement did not come within the resend interval (a stream leader change), by topic."}, []string{"topic"}),
 	}
 	// Several Buses in one process share the families.
 	if err := errors.Join(
 		promreg.Register(r, &m.publishedTotal), promreg.Register(r, &m.deliveredTotal), promreg.Register(r, &m.ackedTotal),
 		promreg.Register(r, &m.nackedTotal), promreg.Register(r, &m.inflight), promreg.Register(r, &m.handlerMs),
-		promreg.Register(r, &m.pollMs), promreg.Register(r, &m.traceDropped),
+		promreg.Register(r, &m.pollMs), promreg.Register(r, &m.traceDropped), promreg.Register(r, &m.resentTotal),
 	); err != nil {
 		return nil, err
 	}
@@ -62,6 +65,13 @@ type groupMetrics struct {
 func (m *metrics) published(topic string) {
 	if m != nil {
 		m.publishedTotal.WithLabelValues(topic).Inc()
+	}
+}
+
+// resent counts a publish of topic sent again (WithResendAfter).
+func (m *metrics) resent(topic string) {
+	if m != nil {
+		m.resentTotal.WithLabelValues(topic).Inc()
 	}
 }
 

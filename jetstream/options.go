@@ -22,6 +22,7 @@ type options struct {
 	topicCacheTTL time.Duration
 	pinnedTTL     time.Duration
 	asyncPending  int
+	resendAfter   time.Duration
 	tracer        trace.TracerProvider
 	baggageKeys   []string
 }
@@ -32,6 +33,7 @@ func defaultOptions() options {
 		topicCacheTTL: 10 * time.Second,
 		pinnedTTL:     10 * time.Second,
 		asyncPending:  4000,
+		resendAfter:   DefaultResendAfter,
 	}
 }
 
@@ -96,6 +98,32 @@ func WithAsyncMaxPending(n int) Option {
 			return fmt.Errorf("%w: async max pending must be positive", jetbus.ErrInvalidOption)
 		}
 		o.asyncPending = n
+		return nil
+	}
+}
+
+// DefaultResendAfter is how long a publish waits for its acknowledgement before the Bus sends
+// it again (WithResendAfter).
+const DefaultResendAfter = time.Second
+
+// asyncPublishTimeout is how long nats.go keeps an asynchronous publish waiting for its
+// acknowledgement: one lost with a stream leader would otherwise hold a WithAsyncMaxPending
+// slot, and keep PublishAsyncComplete open, for the life of the connection.
+const asyncPublishTimeout = time.Minute
+
+// WithResendAfter sets how long a publish waits for the server's acknowledgement before
+// the Bus sends the same message again (default DefaultResendAfter), the wait doubling after
+// each resend, until the publish's context ends. An acknowledgement can be lost when a
+// stream's leader steps down (a NATS node restarting): the new leader is elected within a
+// fraction of a second, and the resend is stored there, or recognized by its Nats-Msg-Id as
+// already stored (the duplicate window), instead of the publish waiting out its whole
+// timeout. A publish answered with an error is not sent again.
+func WithResendAfter(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: resend interval must be at least 10ms", jetbus.ErrInvalidOption)
+		}
+		o.resendAfter = d
 		return nil
 	}
 }

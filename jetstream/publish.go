@@ -133,13 +133,78 @@ func (b *Bus) writeSync(ctx context.Context, e *jetbus.Event) error {
 	if err != nil {
 		return err
 	}
-	ack, err := b.js.PublishMsg(ctx, msg)
+	ack, err := b.publishResending(ctx, e.Topic, msg)
 	if err != nil {
 		return b.publishError(e.Topic, err)
 	}
 	e.Seq = ack.Sequence
 	b.metrics.published(e.Topic)
 	return nil
+}
+
+// minSyncAttempt is the shortest wait of one attempt of a synchronous publish: longer than
+// nats.go's retries of a "no responders" answer (two, 250 ms apart, by default).
+const minSyncAttempt = 750 * time.Millisecond
+
+// publishResending publishes msg and waits for its acknowledgement, sending it again each
+// time the resend interval passes without one (WithResendAfter; the interval doubles), until
+// ctx ends (or, without a deadline, the JetStream client's default timeout). Every copy
+// carries the event's Nats-Msg-Id, so the stream stores it once. An answer that is an error
+// ends it.
+func (b *Bus) publishResending(ctx context.Context, topic string, msg *nats.Msg) (*natsjs.PubAck, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.js.Options().DefaultTimeout)
+		defer cancel()
+	}
+	// An attempt lasts long enough for the JetStream client's own retries of a "no
+	// responders" answer (no stream, for a while after it was deleted), so that the answer
+	// is seen rather than taken for a lost acknowledgement.
+	wait := max(b.opts.resendAfter, minSyncAttempt)
+	for {
+		actx, cancel := context.WithTimeout(ctx, wait)
+		ack, err := b.js.PublishMsg(actx, msg)
+		unanswered := actx.Err() != nil
+		cancel()
+		if err == nil {
+			return ack, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err // the publish's own deadline
+		}
+		if !unanswered {
+			if !b.electing(ctx, topic, err) {
+				return nil, err // an answer
+			}
+			// No replica answers for a stream that exists: ask again shortly.
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(electionRetry):
+			}
+		}
+		b.metrics.resent(topic)
+		wait *= 2
+	}
+}
+
+// electionRetry is how soon a publish is sent again after "no responders" from a stream
+// that exists (its leader being elected).
+const electionRetry = 250 * time.Millisecond
+
+// electing reports whether err says that no replica of topic's stream answered although the
+// stream exists: its leader is being elected (a node restarting, a cluster starting), which
+// is no reason to give the publish up. A stream the server says is gone, or another error, is
+// not (Publish then fails with jetbus.ErrTopicNotFound or the error). A lookup that cannot
+// be answered either counts as an election.
+func (b *Bus) electing(ctx context.Context, topic string, err error) bool {
+	if !errors.Is(err, natsjs.ErrNoStreamResponse) && !errors.Is(err, nats.ErrNoResponders) {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, lerr := b.js.Stream(lctx, jetbus.StreamName(topic))
+	return !errors.Is(lerr, natsjs.ErrStreamNotFound)
 }
 
 func (b *Bus) publishError(topic string, err error) error {
@@ -162,6 +227,7 @@ type publishFuture struct {
 	duplicate bool
 	span      trace.Span // the producer span, ended by the Wait that learns the result
 	partition int        // its partition attribute
+	sent      time.Time  // when its messages were published, for resending (awaitAck)
 }
 
 // Duplicate implements jetbus.PublishFuture.
@@ -173,25 +239,99 @@ func (f *publishFuture) Event() *jetbus.Event { return f.event }
 // Wait implements jetbus.PublishFuture.
 // The producer span ends when Wait learns the result: a future nobody waits for leaves its
 // span unfinished, and unexported.
+//
+// A message whose acknowledgement does not come within the Bus's resend interval is sent
+// again (WithResendAfter), as Publish does.
 func (f *publishFuture) Wait(ctx context.Context) (*jetbus.Event, error) {
 	for i, fut := range f.futs {
-		select {
-		case ack := <-fut.Ok():
-			if i == 0 {
-				f.event.Seq = ack.Sequence
-				f.duplicate = ack.Duplicate
+		ack, err := f.bus.awaitAck(ctx, f.event.Topic, fut, f.sent)
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil, err
 			}
-		case err := <-fut.Err():
 			err = f.bus.publishError(f.event.Topic, err)
 			f.end(err)
 			return nil, err
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		}
+		f.futs[i] = constFuture{ack: ack, msg: fut.Msg()} // a second Wait returns at once
+		if i == 0 {
+			f.event.Seq = ack.Sequence
+			f.duplicate = ack.Duplicate
 		}
 	}
 	f.end(nil)
 	return f.event, nil
 }
+
+// awaitAck waits for fut's acknowledgement, sending its message again each time the resend
+// interval passes without one since sent (the interval doubling), until ctx ends. The first
+// acknowledgement of any copy is the answer; an error answer ends the wait when no other copy
+// is pending, but for "no responders" from a stream that exists (electing), after which a
+// copy is sent shortly. A copy that cannot be sent (the pending bound reached) is tried
+// again at the next interval.
+func (b *Bus) awaitAck(ctx context.Context, topic string, fut natsjs.PubAckFuture, sent time.Time) (*natsjs.PubAck, error) {
+	okA, errA := fut.Ok(), fut.Err()
+	var okB <-chan *natsjs.PubAck
+	var errB <-chan error
+	wait := b.opts.resendAfter
+	timer := time.NewTimer(time.Until(sent.Add(wait)))
+	defer timer.Stop()
+	for {
+		select {
+		case ack := <-okA:
+			return ack, nil
+		case ack := <-okB:
+			// The original may have been stored: its ID then makes the copy a duplicate of
+			// this publish's own, which is no duplicate to the caller.
+			ack.Duplicate = false
+			return ack, nil
+		case err := <-errA:
+			okA, errA = nil, nil
+			if okB == nil {
+				if !b.electing(ctx, topic, err) {
+					return nil, err
+				}
+				timer.Reset(electionRetry) // send a copy once the stream may have a leader
+			}
+		case err := <-errB:
+			okB, errB = nil, nil
+			if okA == nil {
+				if !b.electing(ctx, topic, err) {
+					return nil, err
+				}
+				timer.Reset(electionRetry)
+			}
+		case <-timer.C:
+			select { // the acknowledgement may have come meanwhile (a Wait called late)
+			case ack := <-okA:
+				return ack, nil
+			default:
+			}
+			if again, err := b.js.PublishMsgAsync(fut.Msg()); err == nil {
+				okB, errB = again.Ok(), again.Err()
+				b.metrics.resent(topic)
+			}
+			wait *= 2
+			timer.Reset(wait)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// constFuture is an acknowledged future, kept by a publishFuture that was waited for.
+type constFuture struct {
+	ack *natsjs.PubAck
+	msg *nats.Msg
+}
+
+func (c constFuture) Ok() <-chan *natsjs.PubAck {
+	ch := make(chan *natsjs.PubAck, 1)
+	ch <- c.ack
+	return ch
+}
+func (c constFuture) Err() <-chan error { return nil }
+func (c constFuture) Msg() *nats.Msg    { return c.msg }
 
 func (f *publishFuture) end(err error) {
 	endPublish(f.span, f.event, f.partition, err)
@@ -246,14 +386,14 @@ func (b *Bus) PublishAsync(ctx context.Context, topic string, payload any, opts 
 			endPublish(span, e, partition, err)
 			return nil, err
 		}
-		return &publishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}, span: span, partition: partition}, nil
+		return &publishFuture{bus: b, event: e, futs: []natsjs.PubAckFuture{fut}, span: span, partition: partition, sent: time.Now()}, nil
 	}
 	c := &asyncCollector{}
 	if err := b.publishAsync(context.WithValue(ctx, asyncKey{}, c), e); err != nil {
 		endPublish(span, e, partition, err)
 		return nil, err
 	}
-	return &publishFuture{bus: b, event: e, futs: c.futs, span: span, partition: partition}, nil
+	return &publishFuture{bus: b, event: e, futs: c.futs, span: span, partition: partition, sent: time.Now()}, nil
 }
 
 // PublishAsyncComplete is closed when every outstanding async publish is settled.

@@ -18,7 +18,7 @@ import (
 // before the lost ones, which the server sends again only after their ack timeout (and a
 // transactional projection, having moved its checkpoint past them, would skip them).
 func TestRecoveryKeepsTheGapWhileTheApplicationHolds(t *testing.T) {
-	b := &Bus{pending: map[pendingKey]*pendingDelivery{}}
+	b := &Bus{pending: map[pendingKey][]*pendingDelivery{}}
 	s := &subscription{bus: b, group: "g", stopCh: make(chan struct{}),
 		opts: jetbus.SubscribeOptions{ManualAck: true, AckTimeout: 20 * time.Millisecond}}
 	pc := &partConsumer{sub: s, topic: "orders", log: slog.New(slog.DiscardHandler), pinID: "pin", lastDSeq: 41}

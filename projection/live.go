@@ -54,7 +54,9 @@ type RebuildProgress struct {
 	Total uint64        `bson:"total" json:"total"`
 	Rate  float64       `bson:"rate" json:"rate"`
 	ETA   time.Duration `bson:"eta" json:"eta"`
-	// CaughtUp is set once the new generation's lag reached zero.
+	// CaughtUp is set once the new generation caught up (see Rebuild): its lag reached zero,
+	// or it wrote every event the live generation had written while events kept coming (then
+	// Done may be short of Total by the events in flight).
 	CaughtUp bool `bson:"caught_up" json:"caught_up"`
 }
 

@@ -46,9 +46,12 @@ type RebuildOptions struct {
 //     into "<collection>-g<N+1>" (and its history), exactly as the live projection does,
 //     recording its progress (events done and total, rate, ETA) in the live document about
 //     every second, which every running projector exports as metrics.
-//  3. Once its lag reached zero, one conditional write of the live document switches every
-//     reader to it (ErrGenerationMoved when the live generation changed meanwhile). Running
-//     projectors follow within a second.
+//  3. Once it has caught up — its lag reached zero, or, while events keep coming (when
+//     neither generation's lag stays zero long enough to be seen, each having a batch in
+//     flight), it has written every event the live generation, being written, had written
+//     when it looked — one conditional write of the live document switches every reader to
+//     it (ErrGenerationMoved when the live generation changed meanwhile). Running projectors
+//     follow within a second.
 //  4. It keeps writing until a running projector joined the new group (or Handover passed),
 //     then leaves it; after Grace it removes the previous generation (unless KeepPrevious).
 //
@@ -132,7 +135,7 @@ func (r *rebuild) run(ctx context.Context) (*Live, error) {
 		return <-engErr
 	}
 
-	if err := r.catchUp(ctx, projections, eng, engErr); err != nil {
+	if err := r.catchUp(ctx, projections, eng, engErr, live.Group); err != nil {
 		_ = stop()
 		return nil, err
 	}
@@ -213,8 +216,12 @@ func (r *rebuild) unlock(projections *mongo.Collection) {
 	r.c.m.setRebuild(r.c.cfg.Name, nil)
 }
 
-// catchUp waits until the new generation's lag reached zero, recording progress.
-func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, eng *engine, engErr <-chan error) error {
+// catchUp waits until the new generation has caught up, recording its progress meanwhile.
+// It has caught up when its lag is zero, or, while events keep coming (each generation then
+// has a batch in flight nearly all the time, and its lag is seldom zero), when it has written
+// every event the live generation had written when it looked, the live one being written
+// (reachedLive).
+func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, eng *engine, engErr <-chan error, liveGroup string) error {
 	c := r.c
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -224,6 +231,7 @@ func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, en
 		recorded time.Time
 		rate     float64
 		haveRate bool
+		liveWas  map[string][]uint64 // the live generation's ack floors at the previous look
 	)
 	for {
 		select {
@@ -236,22 +244,11 @@ func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, en
 			return fmt.Errorf("projection: rebuild %s: %w", c.cfg.Name, err)
 		case <-tick.C:
 		}
-		// The lag counts only once every partition's consumer exists.
-		var lag uint64
-		known := true
-		for _, t := range c.cfg.topics() {
-			cur, err := c.bus.Cursor(ctx, t, r.prog.Group)
-			n, perr := c.bus.Partitions(ctx, t)
-			if err != nil || perr != nil || len(cur.Partitions) < n {
-				known = false
-				break
-			}
-			lag += cur.Lag()
-		}
+		done := eng.settled.Load()
+		lag, known := r.lag(ctx)
 		if !known {
 			continue
 		}
-		done := eng.settled.Load()
 		now := time.Now()
 		if dt := now.Sub(lastAt).Seconds(); dt > 0 {
 			inst := float64(done-lastDone) / dt
@@ -262,12 +259,23 @@ func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, en
 			}
 		}
 		lastDone, lastAt = done, now
+		caughtUp := lag == 0
+		if !caughtUp && haveRate && float64(lag) <= rate {
+			// Less than a second of writing behind: it may have written all the live
+			// generation has.
+			if caughtUp, liveWas = r.reachedLive(ctx, liveGroup, liveWas); caughtUp {
+				done = eng.settled.Load()
+				if l, ok := r.lag(ctx); ok {
+					lag = l
+				}
+			}
+		}
 		r.prog.Done, r.prog.Total, r.prog.Rate = done, done+lag, rate
 		r.prog.ETA = 0
 		if lag > 0 && rate > 0 {
 			r.prog.ETA = time.Duration(float64(lag) / rate * float64(time.Second)).Round(time.Second)
 		}
-		r.prog.CaughtUp = lag == 0
+		r.prog.CaughtUp = caughtUp
 		r.prog.Updated = now.UTC().Truncate(time.Millisecond)
 		c.m.setRebuild(c.cfg.Name, &r.prog)
 		if r.ro.Progress != nil {
@@ -283,6 +291,102 @@ func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, en
 		}
 		if r.prog.CaughtUp {
 			return nil
+		}
+	}
+}
+
+// lag reads the new generation's lag, which is known only once every partition's consumer
+// exists.
+func (r *rebuild) lag(ctx context.Context) (uint64, bool) {
+	c := r.c
+	var lag uint64
+	for _, t := range c.cfg.topics() {
+		cur, err := c.bus.Cursor(ctx, t, r.prog.Group)
+		n, perr := c.bus.Partitions(ctx, t)
+		if err != nil || perr != nil || len(cur.Partitions) < n {
+			return 0, false
+		}
+		lag += cur.Lag()
+	}
+	return lag, true
+}
+
+// reachedLiveWait bounds how long reachedLive waits for the new generation's writes in
+// flight.
+const reachedLiveWait = time.Second
+
+// reachedLive reports whether the new generation has written every event the live
+// generation (group liveGroup) has written, while the live one is being written: in every
+// partition the live generation has finished every event, or its ack floor moved since the
+// previous look (was, which it returns updated). A live generation that stands still behind
+// (no projector runs it) is no measure: then only a zero lag is. When the new generation has
+// been delivered every event the live one has written, it waits up to reachedLiveWait for its
+// own writes in flight to reach the live ack floors read.
+func (r *rebuild) reachedLive(ctx context.Context, liveGroup string, was map[string][]uint64) (bool, map[string][]uint64) {
+	c := r.c
+	floors := map[string][]uint64{}
+	moving, moved := true, false
+	for _, t := range c.cfg.topics() {
+		n, err := c.bus.Partitions(ctx, t)
+		if err != nil {
+			return false, nil
+		}
+		lc, err := c.bus.Cursor(ctx, t, liveGroup)
+		if err != nil || len(lc.Partitions) < n {
+			return false, nil // not consumed everywhere
+		}
+		floors[t] = make([]uint64, n)
+		for _, p := range lc.Partitions {
+			if p.Partition >= n {
+				return false, nil
+			}
+			floors[t][p.Partition] = p.AckFloor
+			finished := p.Pending == 0 && p.AckPending == 0
+			advanced := p.Partition < len(was[t]) && p.AckFloor > was[t][p.Partition]
+			if !finished && !advanced {
+				moving = false
+			}
+			moved = moved || advanced
+		}
+	}
+	// A live generation with nothing left to write is no measure either: with no events
+	// coming, the zero lag comes, and the switch waits for it (its counts then whole).
+	if !moved {
+		moving = false
+	}
+	if !moving {
+		return false, floors
+	}
+	deadline := time.Now().Add(reachedLiveWait)
+	for first := true; ; first = false {
+		reached := true
+		for _, t := range c.cfg.topics() {
+			cur, err := c.bus.Cursor(ctx, t, r.prog.Group)
+			if err != nil || len(cur.Partitions) < len(floors[t]) {
+				return false, floors
+			}
+			for _, p := range cur.Partitions {
+				if p.Partition >= len(floors[t]) {
+					continue
+				}
+				if first && p.Delivered < floors[t][p.Partition] {
+					return false, floors // not near yet: no waiting
+				}
+				if p.AckFloor < floors[t][p.Partition] {
+					reached = false
+				}
+			}
+		}
+		if reached {
+			return true, floors
+		}
+		if time.Now().After(deadline) {
+			return false, floors
+		}
+		select {
+		case <-ctx.Done():
+			return false, floors
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

@@ -168,3 +168,83 @@ func TestRebuildLock(t *testing.T) {
 		})
 	}
 }
+
+// TestRebuildSwitchesWhileEventsFlow: under a steady flow of events neither generation's lag
+// is ever zero for long (each has a batch in flight); the rebuild switches once it has written
+// every event the live generation had written, without waiting for the flow to stop, and the
+// new generation, handed to the running projector, ends with every key's last event.
+func TestRebuildSwitchesWhileEventsFlow(t *testing.T) {
+	e := newEnv(t, "orders", 4)
+	cfg := e.config("orders-view")
+	running := start(t, e.changelog(cfg).Run)
+	const keys = 50
+	want := map[string]int64{}
+	for i := range 500 {
+		e.publishAsync(fmt.Sprintf("k%d", i%keys), fmt.Sprintf(`{"n":%d}`, i))
+		want[fmt.Sprintf("k%d", i%keys)] = int64(i)
+	}
+	e.flushAsync()
+	e.requirePublished()
+	e.waitLag("orders-view", 30*time.Second)
+
+	var mu sync.Mutex
+	published := 500
+	flow, stopFlow := context.WithCancel(context.Background())
+	flowed := make(chan struct{})
+	go func() { // an event every 2 ms, each key in turn
+		defer close(flowed)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-flow.Done():
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			i := published
+			published++
+			want[fmt.Sprintf("k%d", i%keys)] = int64(i)
+			mu.Unlock()
+			e.publishAsync(fmt.Sprintf("k%d", i%keys), fmt.Sprintf(`{"n":%d}`, i))
+		}
+	}()
+	defer func() { stopFlow(); <-flowed }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	began := time.Now()
+	var switched time.Duration
+	var switchedAt int
+	live, err := projection.Rebuild(ctx, e.bus, e.db.Client(), e.q, cfg, projection.RebuildOptions{
+		Grace: 100 * time.Millisecond, Handover: 10 * time.Second,
+		Progress: func(p projection.RebuildProgress) {
+			if p.CaughtUp && switched == 0 {
+				mu.Lock()
+				switched, switchedAt = time.Since(began), published
+				mu.Unlock()
+			}
+		},
+	}, projection.WithLogger(embeddedtest.Logger(t)))
+	require.NoError(t, err, "the rebuild switches while events flow")
+	assert.Equal(t, "view-g1", live.Collection)
+	mu.Lock()
+	atSwitch := published
+	t.Logf("switched after %s, at %d events published; handed over after %s", switched.Round(time.Millisecond), switchedAt, time.Since(began).Round(time.Millisecond))
+	mu.Unlock()
+	require.True(t, poll(10*time.Second, 5*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return published > atSwitch+100
+	}), "events went on flowing")
+	stopFlow()
+	<-flowed
+	e.flushAsync()
+	e.requirePublished()
+	e.waitLag("orders-view-g1", 30*time.Second)
+	docs := e.docs("view-g1")
+	for k, n := range want {
+		assert.Equal(t, n, docs[k]["n"], "key %s", k)
+	}
+	require.NoError(t, running.stop())
+}

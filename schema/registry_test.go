@@ -261,10 +261,13 @@ func TestRegistryConcurrentIncompatible(t *testing.T) {
 			loser = e2
 		}
 		require.ErrorIs(t, loser, schema.ErrIncompatible)
-		// Reset for the next round.
-		list, err := a.List(ctx, "t")
-		require.NoError(t, err)
-		require.Len(t, list, 2)
+		// Reset for the next round. a learns of b's version through its watch: ask until it
+		// lists it.
+		var list []*schema.Version
+		require.Eventually(t, func() bool {
+			list, err = a.List(ctx, "t")
+			return err == nil && len(list) == 2
+		}, 10*time.Second, 5*time.Millisecond, "a lists both versions: %v", list)
 		require.NoError(t, a.Delete(ctx, "t", list[1].Version))
 	}
 }

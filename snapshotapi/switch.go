@@ -114,20 +114,17 @@ func (s *Server) generationDiff(ctx context.Context, sess *mongo.Session, v *vie
 		sd.done = true
 		return sd.c.Err()
 	}
-	// version reads a key's version in coll, whatever it is (a marker, not matching); ok is
-	// false when the key has no document.
-	version := func(coll, key string) (int64, bool, error) {
-		raw, err := v.db.Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: key}},
-			options.FindOne().SetProjection(bson.D{{Key: "_v", Value: 1}})).Raw()
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return 0, false, nil
-		}
-		if err != nil {
-			return 0, false, err
-		}
-		n, _ := intValue(bsoncore.Document(raw).Lookup("_v"))
-		return n, true, nil
+	// A key matched in one generation only needs its version in the other, whatever it is
+	// there (a marker, not matching, no document): those are read after the merge, many
+	// keys a read, not one round trip a key (a new generation that ran ahead of the old one
+	// differs on many keys, and every watch makes this diff).
+	type lookup struct {
+		at      int   // its entry in out
+		oldOnly bool  // matched in old only: a delete if cur's version is greater
+		v       int64 // its version where it matched
 	}
+	var lookups []lookup
+	var inOld, inCur []string // the keys whose version is read in old, in cur
 	a, b := &side{c: oldCur}, &side{c: newCur}
 	if err := advance(a); err != nil {
 		return nil, err
@@ -143,7 +140,7 @@ func (s *Server) generationDiff(ctx context.Context, sess *mongo.Session, v *vie
 			case b.v > a.v:
 				out = append(out, diffEntry{key: b.key, version: b.v, doc: b.doc})
 			case b.v < a.v:
-				return nil, errNotCaughtUp
+				return nil, fmt.Errorf("%w: key %q is at %d in %s, %d in %s", errNotCaughtUp, a.key, a.v, old, b.v, cur)
 			}
 			if err := advance(a); err != nil {
 				return nil, err
@@ -152,29 +149,71 @@ func (s *Server) generationDiff(ctx context.Context, sess *mongo.Session, v *vie
 				return nil, err
 			}
 		case b.done || (!a.done && a.key < b.key): // the client holds it; the new generation does not match it
-			nv, ok, err := version(cur, a.key)
-			if err != nil {
-				return nil, err
-			}
-			if !ok || nv <= a.v {
-				return nil, errNotCaughtUp
-			}
-			out = append(out, diffEntry{key: a.key, del: true, version: nv})
+			lookups = append(lookups, lookup{at: len(out), oldOnly: true, v: a.v})
+			out = append(out, diffEntry{key: a.key, del: true})
+			inCur = append(inCur, a.key)
 			if err := advance(a); err != nil {
 				return nil, err
 			}
 		default: // matched in the new generation only
-			ov, ok, err := version(old, b.key)
-			if err != nil {
-				return nil, err
-			}
-			if ok && b.v <= ov {
-				return nil, errNotCaughtUp
-			}
+			lookups = append(lookups, lookup{at: len(out), v: b.v})
 			out = append(out, diffEntry{key: b.key, version: b.v, doc: b.doc})
+			inOld = append(inOld, b.key)
 			if err := advance(b); err != nil {
 				return nil, err
 			}
+		}
+	}
+	oldVersions, err := versions(ctx, v.db.Collection(old), inOld)
+	if err != nil {
+		return nil, err
+	}
+	curVersions, err := versions(ctx, v.db.Collection(cur), inCur)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range lookups {
+		e := &out[l.at]
+		if l.oldOnly {
+			nv, ok := curVersions[e.key]
+			if !ok || nv <= l.v {
+				return nil, fmt.Errorf("%w: key %q is at %d in %s, %d (found %v) in %s, where it does not match", errNotCaughtUp, e.key, l.v, old, nv, ok, cur)
+			}
+			e.version = nv
+			continue
+		}
+		if ov, ok := oldVersions[e.key]; ok && l.v <= ov {
+			return nil, fmt.Errorf("%w: key %q is at %d in %s, where it does not match, %d in %s", errNotCaughtUp, e.key, ov, old, l.v, cur)
+		}
+	}
+	return out, nil
+}
+
+// versionsBatch bounds the keys of one read of versions.
+const versionsBatch = 1000
+
+// versions reads the version of each of keys in coll, whatever its document is (a marker,
+// not matching the filters); a key without a document is absent from the map.
+func versions(ctx context.Context, coll *mongo.Collection, keys []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(keys))
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), versionsBatch)]
+		keys = keys[len(batch):]
+		cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}}},
+			options.Find().SetProjection(bson.D{{Key: "_v", Value: 1}}).SetBatchSize(versionsBatch))
+		if err != nil {
+			return nil, err
+		}
+		for cur.Next(ctx) {
+			d := bsoncore.Document(cur.Current)
+			if k, ok := d.Lookup("_id").StringValueOK(); ok {
+				out[k], _ = intValue(d.Lookup("_v"))
+			}
+		}
+		err = cur.Err()
+		_ = cur.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -210,11 +249,18 @@ func (w *watcher) follow(live liveState) error {
 	s, v := w.s, w.v
 	old := w.coll
 	deadline := time.Now().Add(s.cfg.SwitchTimeout)
-	for {
+	for try := 1; ; try++ {
 		if time.Now().After(deadline) {
 			return errSwitchExpired
 		}
 		ok, err := w.trySwitch(old, live.collection)
+		if err != nil || !ok {
+			why := "the old generation changed after the time tried"
+			if err != nil {
+				why = err.Error()
+			}
+			s.log.Debug("watch: the switch to the new generation waits", "view", v.Name, "from", old, "to", live.collection, "try", try, "why", why)
+		}
 		switch {
 		case err == nil && ok:
 			return nil
@@ -290,34 +336,41 @@ func (w *watcher) trySwitch(old, cur string) (bool, error) {
 }
 
 // moveTo gives the client a switch's messages, then reads generation cur from its position
-// at ts on.
+// at ts on. It opens what reads cur first: when that fails, nothing was given and the watch
+// is where it was, so that the switch can be tried again without sending anything twice.
 func (w *watcher) moveTo(cur string, ts bson.Timestamp, msgs []*change) error {
-	for _, ch := range msgs {
-		if err := w.put(ch, diffKind(ch)); err != nil {
-			return err
-		}
-	}
 	to := allAt(w.v.Database, cur, ts)
-	if err := w.put(&change{pos: to, key: switchedKey}, "switched"); err != nil {
-		return err
-	}
 	h, err := w.s.acquireHub(w.ctx, to)
 	if err != nil {
 		return err
+	}
+	var src *changeSource
+	cursor, inRing := h.seek(to)
+	if !inRing {
+		if src, err = w.s.openSource(w.ctx, to); err != nil {
+			h.release()
+			return err
+		}
+	}
+	msgs = append(msgs, &change{pos: to, key: switchedKey})
+	for _, ch := range msgs {
+		kind := "switched"
+		if ch.key != switchedKey {
+			kind = diffKind(ch)
+		}
+		if err := w.put(ch, kind); err != nil {
+			if src != nil {
+				src.close(w.ctx)
+			}
+			h.release()
+			return err
+		}
 	}
 	w.h.release()
 	w.h, w.coll, w.from = h, cur, to
 	w.joinTS = bson.Timestamp{} // what the client holds is exact again
 	w.setProcessed(to)
-	if c, ok := h.seek(to); ok {
-		w.cursor = c
-		return nil
-	}
-	src, err := w.s.openSource(w.ctx, to)
-	if err != nil {
-		return err
-	}
-	w.src = src
+	w.cursor, w.src = cursor, src
 	return nil
 }
 

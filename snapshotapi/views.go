@@ -94,11 +94,12 @@ type liveState struct {
 // liveCache resolves a projection's live collection at most once a second, one request at
 // a time.
 type liveCache struct {
-	mu   sync.Mutex
-	cur  liveState
-	at   time.Time
-	ok   bool
-	wait chan struct{}
+	mu         sync.Mutex
+	cur        liveState
+	at         time.Time
+	ok         bool
+	wait       chan struct{}
+	refreshing bool // peek's lookup is under way
 }
 
 func (v *view) resolve(ctx context.Context, now func() time.Time) (liveState, error) {
@@ -133,6 +134,33 @@ func (v *view) resolve(ctx context.Context, now func() time.Time) (liveState, er
 		close(w)
 		return st, err
 	}
+}
+
+// peek returns the live state last resolved without waiting, for the watches, which check
+// it about once a second to follow a rebuild: none of them waits for a lookup (a slow one
+// would hold every watch of the view back at once, behind the changes). When it is older
+// than liveTTL, peek starts one lookup in the background, within timeout, whose result a
+// later peek returns. ok is false when none was resolved yet.
+func (v *view) peek(ctx context.Context, now func() time.Time, timeout time.Duration) (liveState, bool) {
+	lc := &v.live
+	lc.mu.Lock()
+	st, ok := lc.cur, lc.ok
+	refresh := (!ok || now().Sub(lc.at) >= liveTTL) && !lc.refreshing
+	if refresh {
+		lc.refreshing = true
+	}
+	lc.mu.Unlock()
+	if refresh {
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			_, _ = v.resolve(ctx, now)
+			lc.mu.Lock()
+			lc.refreshing = false
+			lc.mu.Unlock()
+		}()
+	}
+	return st, ok
 }
 
 func (v *view) fetchLive(ctx context.Context) (liveState, error) {

@@ -383,7 +383,7 @@ func (w *watcher) drainRing() bool {
 		}
 		if time.Since(checked) >= time.Second {
 			checked = time.Now()
-			if live, err := w.v.resolve(w.ctx, w.s.now); err == nil && live.collection != w.coll {
+			if live, ok := w.v.peek(w.s.hubsCtx, w.s.now, w.s.cfg.RequestTimeout); ok && live.collection != w.coll {
 				if err := w.follow(live); err != nil {
 					if w.ctx.Err() == nil {
 						w.stop(errors.Is(err, errOverflow), err)
@@ -673,7 +673,9 @@ func (s *Server) watch(c echo.Context, v *view, params []param) error {
 		return nil
 	}
 	if snap != nil {
-		if err := st.sendSnapshot(snap); err != nil {
+		err := st.sendSnapshot(snap)
+		snap.close() // not held for the life of the stream
+		if err != nil {
 			return nil // the client is gone, or too slow; or MongoDB failed mid-way (logged)
 		}
 		nw := s.newWatcher(ctx, v, wp, allAt(v.Database, gen.collection, snap.ts), ws)
@@ -732,12 +734,20 @@ type snapshotRead struct {
 	ts      bson.Timestamp
 	binding [16]byte
 	coll    string
+	closed  bool
 }
 
+// close ends the read (its cursor, which holds its last batch, and its session); again
+// does nothing.
 func (sr *snapshotRead) close() {
+	if sr.closed {
+		return
+	}
+	sr.closed = true
 	ctx := context.Background()
 	_ = sr.cur.Close(ctx)
 	sr.sess.EndSession(ctx)
+	sr.cur, sr.sess = nil, nil // a closed cursor still holds its batch
 }
 
 // openSnapshot starts the snapshot read of a watch (or goes on with one at its position).
@@ -783,7 +793,23 @@ type watchStream struct {
 	cancel context.CancelFunc
 	meta   bool
 	ws     *watchSeries
-	buf    []byte
+}
+
+// writeBufs are the buffers in which streams assemble what they write: taken for one write
+// and given back, so that an idle stream holds none (a snapshot's or a burst's buffer,
+// up to watchBatchBytes and a message, would otherwise stay with each stream for its life).
+var writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getWriteBuf() *[]byte { return writeBufs.Get().(*[]byte) }
+
+// putWriteBuf gives back a buffer, with what was appended to it as b; an outsized one (a
+// huge document) goes to the collector.
+func putWriteBuf(p *[]byte, b []byte) {
+	if cap(b) > 2*watchBatchBytes {
+		return
+	}
+	*p = b[:0]
+	writeBufs.Put(p)
 }
 
 // flush writes b and flushes it, within the write deadline.
@@ -800,7 +826,9 @@ func (st *watchStream) flush(b []byte) error {
 // sendSnapshot streams the snapshot's documents, then synced.
 func (st *watchStream) sendSnapshot(sr *snapshotRead) error {
 	s, v := st.s, st.v
-	b := st.buf[:0]
+	bp := getWriteBuf()
+	b := (*bp)[:0]
+	defer func() { putWriteBuf(bp, b) }()
 	meta := st.meta
 	n := 0
 	for sr.cur.Next(st.ctx) {
@@ -832,7 +860,6 @@ func (st *watchStream) sendSnapshot(sr *snapshotRead) error {
 	b = append(b, "id: "...)
 	b = append(b, s.positions.encode(allAt(v.Database, sr.coll, sr.ts))...)
 	b = append(b, "\nevent: synced\ndata: {}\n\n"...)
-	st.buf = b[:0]
 	if err := st.flush(b); err != nil {
 		st.failed(err)
 		return err
@@ -895,7 +922,11 @@ func (st *watchStream) run(w *watcher) error {
 		case <-st.ctx.Done():
 			return nil
 		case <-ka.C:
-			if err := st.flush(w.keepAlive(st.buf[:0])); err != nil {
+			bp := getWriteBuf()
+			b := w.keepAlive((*bp)[:0])
+			err := st.flush(b)
+			putWriteBuf(bp, b)
+			if err != nil {
 				st.failed(err)
 				return nil
 			}
@@ -910,16 +941,20 @@ func (st *watchStream) run(w *watcher) error {
 				"this client reads more slowly than the view changes: resume with Last-Event-ID"))
 			return nil
 		}
-		if b, ups, dels := w.take(st.buf[:0]); len(b) > 0 {
-			if err := st.flush(b); err != nil {
+		bp := getWriteBuf()
+		b, ups, dels := w.take((*bp)[:0])
+		if len(b) > 0 {
+			err := st.flush(b)
+			putWriteBuf(bp, b)
+			if err != nil {
 				st.failed(err)
 				return nil // stalled past the write deadline, or gone
 			}
 			st.ws.sent(ups, dels, 0)
-			st.buf = b[:0]
 			ka.Reset(st.s.cfg.KeepAlive)
 			continue
 		}
+		putWriteBuf(bp, b)
 		if end != nil {
 			st.disconnect(end)
 			return nil

@@ -3,14 +3,17 @@ package snapshotapi_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/snapshotapi"
 )
 
@@ -151,4 +154,90 @@ func TestWatchSwitchExpires(t *testing.T) {
 	assert.Contains(t, e.data, `"code":"position_expired"`)
 	assert.True(t, s.ended(5*time.Second))
 	assert.Equal(t, 1.0, metricSum(t, a, "snapshotapi_watch_ends_total"))
+}
+
+// TestWatchSwitchReadsVersionsInBatches: a new generation that ran ahead of the old one (the
+// old one's projectors stopped at the switch while events kept coming) differs from it on
+// many keys, some deleted in one generation and live in the other; the switch reads their
+// versions many keys at a time, not one round trip a key, and sends each difference.
+func TestWatchSwitchReadsVersionsInBatches(t *testing.T) {
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.KeepAlive = 100 * time.Millisecond }))
+	const keys = 300
+	for k := range keys {
+		key := fmt.Sprintf("k%03d", k)
+		a.set("orders", key, 1, bson.D{{Key: "status", Value: "paid"}})
+		switch k % 3 {
+		case 0: // deleted in the new generation
+			a.tombstone("orders-g2", key, 2)
+		case 1: // ahead in the new generation
+			a.set("orders-g2", key, 2, bson.D{{Key: "status", Value: "paid"}})
+		case 2: // deleted in the old generation, back in the new one
+			a.tombstone("orders", key, 2)
+			a.set("orders-g2", key, 3, bson.D{{Key: "status", Value: "paid"}})
+		}
+	}
+	s := a.watch("/v1/views/orders?watch=true")
+	f := newFollower(t)
+	for e := s.next(); e.event != "synced"; e = s.next() {
+		f.take(e)
+	}
+	require.Len(t, f.state, keys*2/3)
+	before := a.findCount()
+	a.switchTo("orders-g2", 2)
+	for {
+		e := s.block(10 * time.Second)
+		f.take(e)
+		if slices.Contains(e.comments, "generation switched") {
+			break
+		}
+	}
+	finds := a.findCount() - before
+	want := map[string]int64{}
+	for k := range keys {
+		if k%3 != 0 {
+			want[fmt.Sprintf("k%03d", k)] = int64(1 + k%3)
+		}
+	}
+	assert.Equal(t, want, f.state)
+	assert.Less(t, finds, 20, "finds during the switch: %d keys differ in whether they match", keys*2/3)
+	t.Logf("%d finds during the switch", finds)
+}
+
+// TestWatchSwitchRetriedSendsNothingTwice: when the switch cannot open the new generation's
+// change stream (MongoDB unreachable for a moment), it is tried again later; what the failed
+// try had read is not sent, so nothing is sent twice and the versions of a key only increase.
+func TestWatchSwitchRetriedSendsNothingTwice(t *testing.T) {
+	// Without retried reads, a failure reaches the watch.
+	client, err := mongo.Connect(options.Client().ApplyURI(embeddedtest.MongoURI(t)).SetAppName(apiAppName).SetRetryReads(false))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.KeepAlive = 100 * time.Millisecond }),
+		func(_ *snapshotapi.Config, d *snapshotapi.Deps) { d.Mongo = client })
+	for k := range 20 {
+		key := fmt.Sprintf("k%02d", k)
+		a.set("orders", key, 1, bson.D{{Key: "status", Value: "paid"}})
+		a.set("orders-g2", key, int64(1+k%2), bson.D{{Key: "status", Value: "paid"}}) // half of them ahead
+	}
+	s := a.watch("/v1/views/orders?watch=true")
+	f := newFollower(t)
+	for e := s.next(); e.event != "synced"; e = s.next() {
+		f.take(e)
+	}
+	// The new generation's change stream fails to open, once.
+	embeddedtest.InjectMongoFault(t, a.db.Client(), embeddedtest.MongoFault{Commands: []string{"aggregate"}, Times: 1,
+		CloseConnection: true, AppName: apiAppName})
+	a.switchTo("orders-g2", 2)
+	want := map[string]int64{}
+	for k := range 20 {
+		want[fmt.Sprintf("k%02d", k)] = int64(1 + k%2)
+	}
+	switched := false
+	for !switched || fmt.Sprint(f.state) != fmt.Sprint(want) {
+		e := s.block(10 * time.Second)
+		f.take(e) // fails on a version sent twice
+		switched = switched || slices.Contains(e.comments, "generation switched")
+	}
+	a.set("orders-g2", "k99", 1, bson.D{{Key: "status", Value: "paid"}}) // after every key
+	f.until(s, func(m map[string]int64) bool { return m["k99"] == 1 })   // the new generation's changes come
+	assert.Equal(t, int64(1), embeddedtest.MongoFailPointActivations(t, a.db.Client(), "failCommand"), "the stream's opening failed")
 }

@@ -22,6 +22,12 @@ var testBackend = []string{
 	"github.com/nats-io/nats-server/v2/server",
 }
 
+// testOnly are the packages only tests use: no binary, production or dev, contains them.
+var testOnly = []string{
+	"github.com/chromedp/chromedp", // browser_test.go's DevTools driver
+	"github.com/chromedp/cdproto/cdp",
+}
+
 func deps(t *testing.T, tags ...string) map[string]bool {
 	t.Helper()
 	args := []string{"list", "-deps"}
@@ -38,7 +44,8 @@ func deps(t *testing.T, tags ...string) map[string]bool {
 }
 
 // TestProductionBuildHasNoTestBackend: without the dev tag, neither binary links the MongoDB
-// test backend or nats-server; with it, both do (so the check can fail).
+// test backend or nats-server; with it, both do (so the check can fail). Neither build links
+// what only tests use (the browser driver).
 func TestProductionBuildHasNoTestBackend(t *testing.T) {
 	prod := deps(t)
 	require.True(t, prod["github.com/jetbus/jetbus/internal/devmode"], "the listing covers the binaries")
@@ -48,6 +55,10 @@ func TestProductionBuildHasNoTestBackend(t *testing.T) {
 	dev := deps(t, "dev")
 	for _, p := range testBackend {
 		assert.True(t, dev[p], "a dev build does not import %s", p)
+	}
+	for _, p := range testOnly {
+		assert.False(t, prod[p], "a production build imports %s", p)
+		assert.False(t, dev[p], "a dev build imports %s", p)
 	}
 }
 
@@ -84,6 +95,12 @@ func binaries(t *testing.T, tags string) string {
 }
 
 func TestMain(m *testing.M) {
+	if url := os.Getenv(watchProbeEnv); url != "" { // TestWatchLoad's probe
+		os.Exit(runWatchProbe(url, os.Getenv(watchProbeTokenEnv)))
+	}
+	if dir := os.Getenv(watchBackendsEnv); dir != "" { // TestWatchLoad's NATS and MongoDB
+		os.Exit(runWatchBackends(dir))
+	}
 	code := m.Run()
 	buildOnce.Range(func(_, v any) bool {
 		if b := v.(*built); b.dir != "" {

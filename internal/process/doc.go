@@ -10,7 +10,8 @@
 // # Lifecycle of a process
 //
 //  1. The operations server listens first: /healthz answers at once, /readyz says why the
-//     process is not ready yet.
+//     process is not ready yet. The paths of a handler that setup mounts there (the
+//     projector's snapshot API, Spec.Mounts) wait for it, at most http.request_timeout.
 //  2. Connect: NATS (retrying while the servers are unreachable), the JetStream Bus with the
 //     process's metrics registry, and MongoDB when a component needs it.
 //  3. Setup (the process's own, from package wiring: push schemas, ensure topics, open what

@@ -55,6 +55,12 @@ type Spec struct {
 	// Streams, if set, tells the long-lived requests of the process's HTTP servers
 	// (Limits.Streams).
 	Streams func(*http.Request) bool
+	// Mounts says that Setup mounts a handler on the operations address (Env.Handle): until
+	// it does, a request for a path the operations endpoints do not take waits for it, at
+	// most http.request_timeout (then 503 with Retry-After), instead of a 404. A client that
+	// comes back while the process restarts is served once it can be: a browser's
+	// EventSource, which gives up for good on any answer but 200, reconnects then.
+	Mounts bool
 	// Tracing is the process's OpenTelemetry tracing (package wiring maps the tracing
 	// section; the zero value is off). Run starts it before anything connects and flushes
 	// it last, after every component stopped and everything closed.
@@ -83,6 +89,11 @@ type Env struct {
 	mu      sync.Mutex
 	closers []func(context.Context) error
 	handler atomic.Pointer[http.Handler]
+	// mounted is closed by the first Handle when Spec.Mounts (nil otherwise); ended when
+	// the process stopped running, so that no request waits for a handler any more.
+	mounted   chan struct{}
+	mountOnce sync.Once
+	ended     chan struct{}
 
 	limits Limits       // the http section's bounds
 	conns  *connCount   // open connections of all the process's listeners
@@ -91,13 +102,37 @@ type Env struct {
 
 // Handle serves h on the operations address (http.addr) for every path the operations
 // endpoints do not take (/healthz, /readyz, /metrics, /v1/ops/…): the projector's snapshot
-// API shares the port this way. Until a handler is set, those paths answer 404. A later
-// call replaces the handler.
-func (e *Env) Handle(h http.Handler) { e.handler.Store(&h) }
+// API shares the port this way. Until a handler is set, those paths wait for it when the
+// process said it mounts one (Spec.Mounts), and answer 404 otherwise. A later call replaces
+// the handler.
+func (e *Env) Handle(h http.Handler) {
+	e.handler.Store(&h)
+	if e.mounted != nil {
+		e.mountOnce.Do(func() { close(e.mounted) })
+	}
+}
 
-// serveMounted is the operations server's fallback: the handler set with Handle, or 404.
+// serveMounted is the operations server's fallback: the handler set with Handle, once
+// there is one (Spec.Mounts), or 404.
 func (e *Env) serveMounted(w http.ResponseWriter, r *http.Request) {
-	if h := e.handler.Load(); h != nil {
+	h := e.handler.Load()
+	if h == nil && e.mounted != nil {
+		wait := time.NewTimer(e.limits.withDefaults().RequestTimeout)
+		defer wait.Stop()
+		select {
+		case <-e.mounted:
+			h = e.handler.Load()
+		case <-wait.C:
+			writeOverloaded(w, "the process is starting: try again")
+			return
+		case <-e.ended:
+			writeOverloaded(w, "the process stopped before it served this path")
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if h != nil {
 		(*h).ServeHTTP(w, r)
 		return
 	}
@@ -138,8 +173,11 @@ func Run(ctx context.Context, spec Spec) error {
 	}
 	reg := ops.NewRegistry()
 	env := &Env{Config: cfg, Logger: log, Metrics: ops.Seed(reg, topics, spec.Groups), limits: limitsOf(cfg),
-		baggageKeys: spec.BaggageKeys}
+		baggageKeys: spec.BaggageKeys, ended: make(chan struct{})}
 	env.limits.Streams = spec.Streams
+	if spec.Mounts {
+		env.mounted = make(chan struct{})
+	}
 	tp, err := tracing.Start(ctx, spec.Tracing, log)
 	if err != nil {
 		return err
@@ -250,6 +288,7 @@ func Run(ctx context.Context, spec Spec) error {
 		spec.Listening(ln.Addr().String())
 	}
 	runErr := run(ctx, spec, env, log, &phase, &connected, &runner)
+	close(env.ended)
 	stopServing()
 	if err := <-served; err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("ops server: %w", err))

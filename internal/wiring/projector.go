@@ -28,15 +28,18 @@ func Projector(cfg *config.Config) (process.Spec, error) {
 	if err != nil {
 		return process.Spec{}, err
 	}
+	serveAPI := len(cfg.Views) > 0 || len(cfg.HTTP.Topics) > 0
+	// The API on the operations address: a request that comes while the process starts
+	// waits for it (an EventSource reconnecting during a restart is answered, not refused).
+	mounts := serveAPI && cfg.HTTP.APIAddr == ""
 	spec := process.Spec{Name: "projector", NeedsMongo: len(cfg.Projections) > 0, Topics: topics, Groups: listed, Listed: listed,
-		OpsGuard: guard, Streams: snapshotapi.IsWatch, Tracing: tracingConfig(cfg, "projector"), BaggageKeys: cfg.Tracing.Baggage}
+		OpsGuard: guard, Streams: snapshotapi.IsWatch, Mounts: mounts, Tracing: tracingConfig(cfg, "projector"), BaggageKeys: cfg.Tracing.Baggage}
 	spec.Setup = func(ctx context.Context, env *process.Env) (comps []process.Component, err error) {
 		res := &resources{}
 		defer res.closeOnError(&err) // Setup runs again after an error: leave nothing open behind
 		if err := ensureTopics(ctx, env.Bus, cfg.Topics, env.Logger); err != nil {
 			return nil, err
 		}
-		serveAPI := len(cfg.Views) > 0 || len(cfg.HTTP.Topics) > 0
 		if len(cfg.Projections) == 0 && !serveAPI {
 			return nil, nil
 		}
