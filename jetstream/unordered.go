@@ -96,6 +96,8 @@ type puller struct {
 	// failed is a status message's error met while keeping deliveries alive: it ends the
 	// pull once they are handled.
 	failed error
+	// keptAt is when keepAlive last restarted the buffered deliveries' ack timeout.
+	keptAt time.Time
 	req    []byte
 	// acks are the reply subjects of deliveries acknowledged and not sent yet (pulled.Ack of
 	// a delivery handled on this goroutine); ackTimer sends them ackBatchAge after the first.
@@ -238,11 +240,19 @@ func (p *puller) take(m *nats.Msg) (*pulled, error) {
 func (p *puller) deliver(pm *pulled, handle func(natsjs.Msg, *natsjs.MsgMetadata)) {
 	pc := p.pc
 	handle(pm, &pm.meta)
-	if pc.win.delivered(time.Now()) < 0 {
+	now := time.Now()
+	switch {
+	case pc.win.delivered(now) < 0:
 		// The handler slowed down: the next requests ask for less, and what is buffered
 		// already has its ack timeout restarted, so that it is not delivered again while it
 		// waits here.
-		p.keepAlive()
+		p.keepAlive(now)
+	case len(p.ahead)+len(p.msgs) > pc.win.size && now.Sub(p.keptAt) >= pc.win.budget:
+		// Still more buffered than the window the handler's speed allows (what it gets
+		// through in a quarter of the ack timeout, the budget): restart their ack timeout
+		// again, each budget, until they are handled. (Within the window, as while the
+		// handler keeps up, nothing needs it.)
+		p.keepAlive(now)
 	}
 }
 
@@ -289,8 +299,9 @@ func (p *puller) sendAcksLocked() {
 }
 
 // keepAlive restarts the ack timeout of every delivery buffered in the inbox (taking them
-// out, ahead of later ones).
-func (p *puller) keepAlive() {
+// out, ahead of later ones) and of those taken out before.
+func (p *puller) keepAlive(now time.Time) {
+	p.keptAt = now
 	for _, pm := range p.ahead {
 		_ = pm.InProgress()
 	}

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"log/slog"
+	"math"
 	"testing"
 	"time"
 
@@ -67,12 +68,17 @@ func TestUnorderedDeliveryAllocations(t *testing.T) {
 	p := &puller{pc: pc, nc: nc}
 	m := &nats.Msg{Subject: fm.subject, Reply: fm.reply, Header: fm.header, Data: fm.data}
 	handle := pc.handle
-	allocs := testing.AllocsPerRun(1000, func() {
-		pm, err := p.take(m)
-		if err != nil || pm == nil {
-			t.Fatalf("take: %v, %v", pm, err)
-		}
-		p.deliver(pm, handle)
-	})
+	// AllocsPerRun counts the whole process's allocations: goroutines an earlier test left
+	// winding down (-count, -race) add theirs. The least of a few measurements is this path's.
+	allocs := math.Inf(1)
+	for range 5 {
+		allocs = min(allocs, testing.AllocsPerRun(1000, func() {
+			pm, err := p.take(m)
+			if err != nil || pm == nil {
+				t.Fatalf("take: %v, %v", pm, err)
+			}
+			p.deliver(pm, handle)
+		}))
+	}
 	assert.LessOrEqual(t, allocs, 1.0, "allocations per unordered delivery")
 }
