@@ -215,8 +215,12 @@ type SubscribeOptions struct {
 	FanIn []string
 	// Middlewares wrap the handler of this subscription, inside the Bus's own.
 	Middlewares []HandlerMiddleware
-	// KeyConcurrency, when above 1, handles up to that many keys of a partition at once.
+	// KeyConcurrency, when above 1, handles up to that many keys of a partition at once
+	// (with Unordered: that many events, whatever their keys).
 	KeyConcurrency int
+	// Unordered makes the group one without per-key order: its consumers are not pinned,
+	// and every subscriber of the group pulls every partition (see Unordered).
+	Unordered bool
 }
 
 // ApplySubscribeOptions applies opts over the defaults and validates the result.
@@ -242,7 +246,7 @@ func ApplySubscribeOptions(opts ...SubscribeOption) (SubscribeOptions, error) {
 			return o, err
 		}
 	}
-	if o.KeyConcurrency > 1 && o.ManualAck {
+	if o.KeyConcurrency > 1 && o.ManualAck && !o.Unordered {
 		return o, fmt.Errorf("%w: KeyConcurrency retries in place and cannot be combined with ManualAck", ErrInvalidOption)
 	}
 	return o, nil
@@ -352,6 +356,10 @@ func Use(mws ...HandlerMiddleware) SubscribeOption {
 // extended meanwhile. An event that exhausts MaxAttempts without being dead-lettered is
 // returned to the server like in the default mode. n ≤ 1 is the default: one event at a time
 // per partition, retries through the server. It cannot be combined with ManualAck.
+//
+// With Unordered, keys are ignored: up to n events of a partition are handled at once, any
+// events, and a failed event is retried through the server as in the default mode (there is
+// no order to keep), so it can be combined with ManualAck.
 func KeyConcurrency(n int) SubscribeOption {
 	return func(o *SubscribeOptions) error {
 		if n < 0 {
@@ -360,4 +368,36 @@ func KeyConcurrency(n int) SubscribeOption {
 		o.KeyConcurrency = n
 		return nil
 	}
+}
+
+// Unordered makes the group unordered: for handlers that need no per-key order (each event
+// stands alone: a notification, an idempotent write, a fan-out), in exchange for throughput
+// and for scaling out without package partition.
+//
+// An unordered group's consumers ("<group>_p<n>", one per partition as for every group) are
+// created without the pinned_client priority policy, so every subscriber of the group —
+// every replica calling Subscribe with Unordered — pulls every partition at once, and the
+// server spreads the events among their pulls. There is no pin, no takeover, no hand-back
+// on stop and no per-key order: two events of one key may be handled at once by two
+// replicas, or in either order. What a delivery is does not change: at-least-once,
+// MaxAttempts, Backoff, Permanent, ManualAck, Filter and the dead-letter middleware and
+// sweeper behave as in an ordered group. Events of a partition are still handled one at a
+// time per subscriber unless KeyConcurrency(n) is set, which then handles n at once
+// whatever their keys. MaxInFlight is the consumer's bound on unacknowledged events, shared
+// by all the subscribers of a partition: raise it with the number of replicas.
+//
+// A delivery a subscriber fetched but did not start when it stops (Stop; Drain handles
+// them) is given back with a nak and counts as a delivery: its next Attempt is one higher.
+// One on its last attempt is handled instead, so that the server never gives up on an event
+// no handler saw. Deliveries lost on the way to a subscriber (a reconnect) come back after
+// AckTimeout. The acks of events handled one after the other go out together, within a
+// millisecond of the handler's return.
+//
+// A group is ordered or unordered from its first subscription on (the consumers record it):
+// subscribing an ordered group with Unordered, or an unordered group without it, fails with
+// ErrInvalidOption, so that no subscriber breaks the others' fence. To change, use a new
+// group (From positions it where the old one was). Package partition (leases, assignments)
+// is for ordered groups and refuses Unordered; so does SubscribePartition.
+func Unordered() SubscribeOption {
+	return func(o *SubscribeOptions) error { o.Unordered = true; return nil }
 }

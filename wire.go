@@ -35,6 +35,11 @@ const (
 	MetaKeepPerKey = "jetbus.keep_per_key"
 )
 
+// MetaUnordered is "true" in the Metadata of an unordered group's consumers (SubscribeOptions.
+// Unordered): no priority policy, so every member of the group pulls them. A group's
+// consumers without it are ordered (priority policy pinned_client, group PriorityGroup).
+const MetaUnordered = "jetbus.unordered"
+
 // mappedHeaders are the headers that become Event fields instead of Event.Headers.
 var mappedHeaders = map[string]bool{
 	HeaderKey: true, HeaderTS: true, HeaderSID: true, HeaderCausedBy: true, HeaderTags: true,

@@ -6,13 +6,16 @@
 // It checks delivery of everything published, order per key, each starting position, retries,
 // MaxAttempts, Permanent, manual ack and nack, cursors and rebuilds, duplicate IDs, stop and
 // resume, fan-in, and, when the harness can disrupt the system, that no acknowledged publish
-// is lost while it is disrupted.
+// is lost while it is disrupted. With Harness.Unordered every subscription is
+// jetbus.Unordered: the same cases hold but order per key, and two clients of one group share
+// a partition.
 package bustest
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +39,17 @@ type Harness struct {
 	Disrupt, Restore func(t *testing.T)
 	// Timeout bounds each wait (default 20s).
 	Timeout time.Duration
+	// Unordered runs the suite on unordered groups: every subscription is made with
+	// jetbus.Unordered(). Order per key is not checked; instead, two clients of one group
+	// must both receive events of one partition.
+	Unordered bool
+}
+
+// unorderedBus subscribes every group unordered.
+type unorderedBus struct{ jetbus.Bus }
+
+func (b unorderedBus) Subscribe(ctx context.Context, topic, group string, h jetbus.Handler, opts ...jetbus.SubscribeOption) (jetbus.Subscription, error) {
+	return b.Bus.Subscribe(ctx, topic, group, h, append(slices.Clone(opts), jetbus.Unordered())...)
 }
 
 var topicSeq atomic.Int64
@@ -134,8 +148,16 @@ func (h *Harness) eventually(t *testing.T, cond func() bool, msg string, args ..
 
 // Run runs the whole suite.
 func Run(t *testing.T, h Harness) {
+	if h.Unordered {
+		newBus := h.NewBus
+		h.NewBus = func(t *testing.T) jetbus.Bus { return unorderedBus{newBus(t)} }
+	}
 	t.Run("DeliversEverything", h.testDeliversEverything)
-	t.Run("OrderPerKey", h.testOrderPerKey)
+	if h.Unordered {
+		t.Run("UnorderedClientsSharePartition", h.testShare)
+	} else {
+		t.Run("OrderPerKey", h.testOrderPerKey)
+	}
 	t.Run("FromEarliest", h.testFromEarliest)
 	t.Run("FromLatest", h.testFromLatest)
 	t.Run("FromTime", h.testFromTime)
@@ -186,6 +208,64 @@ func (h *Harness) testOrderPerKey(t *testing.T) {
 		}
 		last[b.Key] = b.N
 	}
+}
+
+// testShare: two clients of one unordered group both consume the one partition, at the same
+// time: each holds an event in its handler until the other has received one too.
+func (h *Harness) testShare(t *testing.T) {
+	pubBus := h.NewBus(t)
+	topic := h.topic(t, 1)
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		got  [2]int
+	)
+	both := make(chan struct{})
+	var bothOnce sync.Once
+	handler := func(i int) jetbus.Handler {
+		return func(ctx context.Context, d *jetbus.Delivery) error {
+			mu.Lock()
+			seen[d.ID]++
+			got[i]++
+			first, other := got[i] == 1, got[1-i]
+			mu.Unlock()
+			if other > 0 {
+				bothOnce.Do(func() { close(both) })
+			}
+			if first {
+				// Hold the first event (unacknowledged) until the other client has one.
+				select {
+				case <-both:
+				case <-time.After(h.timeout()):
+					return fmt.Errorf("client %d: the other client received nothing while this one held an event", i)
+				}
+			}
+			return nil
+		}
+	}
+	// Pulls of one event: one client cannot take every event in one pull.
+	for i := range 2 {
+		subscribe(t, h.NewBus(t), topic, "g", handler(i), jetbus.FromEarliest(), jetbus.BatchSize(1))
+	}
+	pub := publishN(t, pubBus, topic, 100, 10)
+	select {
+	case <-both:
+	case <-time.After(h.timeout()):
+		t.Fatal("one client received every event: the partition was not shared")
+	}
+	h.eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == len(pub)
+	}, "every event handled")
+	h.eventually(t, func() bool {
+		c, err := pubBus.Cursor(context.Background(), topic, "g")
+		return err == nil && c.Lag() == 0
+	}, "every event acknowledged")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Positive(t, got[0], "client 0 handled events")
+	assert.Positive(t, got[1], "client 1 handled events")
 }
 
 func (h *Harness) testFromEarliest(t *testing.T) {

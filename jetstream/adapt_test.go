@@ -16,8 +16,14 @@ import (
 
 // TestPullWindowFollowsTheHandler: a handler that is fast at first lets the pull window grow
 // to MaxInFlight; when it then slows down, the window shrinks before the events it had
-// buffered outlive the ack timeout, so none is delivered twice.
+// buffered outlive the ack timeout (unordered: their ack timeout restarts), so none is
+// delivered twice.
 func TestPullWindowFollowsTheHandler(t *testing.T) {
+	t.Run("ordered", func(t *testing.T) { testPullWindowFollowsTheHandler(t) })
+	t.Run("unordered", func(t *testing.T) { testPullWindowFollowsTheHandler(t, jetbus.Unordered()) })
+}
+
+func testPullWindowFollowsTheHandler(t *testing.T, opts ...jetbus.SubscribeOption) {
 	s := embeddedtest.NATS(t)
 	b := embeddedtest.Bus(t, s.ClientURL())
 	ctx := t.Context()
@@ -48,7 +54,7 @@ func TestPullWindowFollowsTheHandler(t *testing.T) {
 			close(done)
 		}
 		return nil
-	}, jetbus.FromEarliest(), jetbus.AckTimeout(time.Second), jetbus.MaxInFlight(1000))
+	}, append(opts, jetbus.FromEarliest(), jetbus.AckTimeout(time.Second), jetbus.MaxInFlight(1000))...)
 	require.NoError(t, err)
 	defer sub.Stop()
 	select {

@@ -365,6 +365,11 @@ func TestMiddlewareTopicIsValidated(t *testing.T) {
 
 // A subscription whose connection is closed ends by itself with ErrClosed, and Stop returns.
 func TestSubscriptionEndsWhenConnectionCloses(t *testing.T) {
+	t.Run("ordered", func(t *testing.T) { testSubscriptionEndsWhenConnectionCloses(t) })
+	t.Run("unordered", func(t *testing.T) { testSubscriptionEndsWhenConnectionCloses(t, jetbus.Unordered()) })
+}
+
+func testSubscriptionEndsWhenConnectionCloses(t *testing.T, opts ...jetbus.SubscribeOption) {
 	s := embeddedtest.NATS(t)
 	ctx := context.Background()
 	admin := embeddedtest.Bus(t, s.ClientURL())
@@ -372,7 +377,7 @@ func TestSubscriptionEndsWhenConnectionCloses(t *testing.T) {
 	nc := embeddedtest.Connect(t, s.ClientURL())
 	b, err := jbjs.Open(ctx, nc)
 	require.NoError(t, err)
-	sub, err := b.Subscribe(ctx, "gone", "g", func(context.Context, *jetbus.Delivery) error { return nil }, jetbus.FromEarliest())
+	sub, err := b.Subscribe(ctx, "gone", "g", func(context.Context, *jetbus.Delivery) error { return nil }, append(opts, jetbus.FromEarliest())...)
 	require.NoError(t, err)
 	_, err = admin.Publish(ctx, "gone", 1)
 	require.NoError(t, err)

@@ -167,7 +167,7 @@ func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int
 			e.Headers[k] = vs[0]
 		}
 	}
-	if e.Key == "" {
+	if e.Key == "" && hasKeyToken(raw.Subject, topic) {
 		// A foreign client that published to a keyed topic's subject without x-key: the
 		// subject's token is the key.
 		if _, _, tok, ok := jetbus.ParseSubject(raw.Subject); ok && tok != "" {
@@ -184,6 +184,14 @@ func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int
 		return drops, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, raw.Stream, raw.Seq)
 	}
 	return drops, nil
+}
+
+// hasKeyToken reports whether subject, a delivery's subject of topic, may hold a key token
+// after its partition (a keyed topic's "<topic>.p<n>.<token>"): only then is it parsed, a
+// keyless event of a plain topic being common.
+func hasKeyToken(subject, topic string) bool {
+	rest, ok := strings.CutPrefix(subject, topic)
+	return !ok || strings.Count(rest, ".") > 1
 }
 
 func splitList(v string) []string {
@@ -214,9 +222,10 @@ func foreignSeq(stream, id string) (uint64, bool) {
 // nesting at most jetbus.MaxJSONDepth levels. It runs for every publish of a json.RawMessage
 // and every delivery, so it uses gjson's validator, about three times faster than
 // encoding/json's; FuzzValidJSON checks that the two agree. gjson recurses per level, so the
-// depth is bounded first, by a scan that does not.
+// depth is bounded first, by a scan that does not; a body of at most MaxJSONDepth bytes
+// cannot nest deeper (each level takes a byte), and skips the scan.
 func validJSON(b []byte) bool {
-	return jsonenc.WithinDepth(b, jetbus.MaxJSONDepth) && gjson.ValidBytes(b)
+	return (len(b) <= jetbus.MaxJSONDepth || jsonenc.WithinDepth(b, jetbus.MaxJSONDepth)) && gjson.ValidBytes(b)
 }
 
 // pinHeader is the header the server adds to every delivery of a pinned consumer.

@@ -37,6 +37,20 @@ func TestConformanceKeyed(t *testing.T) {
 	})
 }
 
+// TestConformanceUnordered runs the suite on unordered groups (jetbus.Unordered): everything
+// but order per key holds, and two clients of a group share a partition.
+func TestConformanceUnordered(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	admin := embeddedtest.Bus(t, s.ClientURL())
+	bustest.Run(t, bustest.Harness{
+		NewBus: func(t *testing.T) jetbus.Bus { return embeddedtest.Bus(t, s.ClientURL()) },
+		CreateTopic: func(t *testing.T, topic string, partitions int) {
+			require.NoError(t, admin.EnsureTopic(context.Background(), jbjs.TopicConfig{Name: topic, Partitions: partitions}))
+		},
+		Unordered: true,
+	})
+}
+
 func TestConformanceCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster conformance runs without -short")

@@ -17,7 +17,7 @@ import (
 // consumerConfig is the durable consumer of (topic, group, partition p); filter is the
 // partition's subject filter (topicEntry.filter).
 func (b *Bus) consumerConfig(topic, filter, group string, p int, o *jetbus.SubscribeOptions) natsjs.ConsumerConfig {
-	return natsjs.ConsumerConfig{
+	cfg := natsjs.ConsumerConfig{
 		Durable:        jetbus.ConsumerName(group, p),
 		Description:    fmt.Sprintf("jetbus group %s, topic %s, partition %d", group, topic, p),
 		DeliverPolicy:  natsjs.DeliverAllPolicy,
@@ -35,6 +35,36 @@ func (b *Bus) consumerConfig(topic, filter, group string, p int, o *jetbus.Subsc
 			"jetbus.partition": strconv.Itoa(p),
 		},
 	}
+	if o.Unordered {
+		// Every subscriber of the group pulls it: no priority policy, no pin.
+		cfg.PriorityPolicy, cfg.PriorityGroups, cfg.PinnedTTL = natsjs.PriorityPolicyNone, nil, 0
+		cfg.Metadata[jetbus.MetaUnordered] = "true"
+	}
+	return cfg
+}
+
+// unorderedConsumer reports whether cfg is the consumer of an unordered group: one created
+// by a subscription with jetbus.Unordered, which says so in its metadata. A consumer without
+// the mark is ordered, pinned or not (one created before consumers were pinned is pinned by
+// its next subscription).
+func unorderedConsumer(cfg *natsjs.ConsumerConfig) bool {
+	return cfg.Metadata[jetbus.MetaUnordered] == "true"
+}
+
+// checkOrder refuses a subscription whose order (jetbus.Unordered or not) differs from the
+// group's, as its existing consumer cfg records it: an unordered subscriber would pull a
+// pinned consumer without its pin, and an ordered one would pin a consumer that the group's
+// unordered members pull without one (the server would refuse their pulls).
+func checkOrder(cfg *natsjs.ConsumerConfig, topic, group string, unordered bool) error {
+	switch have := unorderedConsumer(cfg); {
+	case have && !unordered:
+		return fmt.Errorf("%w: group %s is unordered (its consumer %s of topic %s has no pin): subscribe it with jetbus.Unordered(), or use another group for per-key order",
+			jetbus.ErrInvalidOption, group, cfg.Durable, topic)
+	case !have && unordered:
+		return fmt.Errorf("%w: group %s is ordered (its consumer %s of topic %s is pinned to one client): jetbus.Unordered() would break its members' per-key order; use another group",
+			jetbus.ErrInvalidOption, group, cfg.Durable, topic)
+	}
+	return nil
 }
 
 // ensureConsumer returns the durable consumer of (topic, group, p), creating it at the
@@ -58,16 +88,23 @@ func (b *Bus) ensureConsumer(ctx context.Context, topic, group string, p int, o 
 		if err != nil && !errors.Is(err, natsjs.ErrConsumerExists) {
 			return nil, retry.Opaque(err)
 		}
-		// Created here, or concurrently by another member (then its position holds).
+		// Created here, or concurrently by another member (then its position holds, and so
+		// does its order).
 		c, err = b.js.Consumer(ctx, stream, want.Durable)
 		if err != nil {
 			return nil, fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, retry.Opaque(err))
+		}
+		if err := checkOrder(&c.CachedInfo().Config, topic, group, o.Unordered); err != nil {
+			return nil, err
 		}
 		return c, nil
 	case err != nil:
 		return nil, fmt.Errorf("jetbus: consumer %s of %s: %w", want.Durable, topic, retry.Opaque(err))
 	}
 	have := c.CachedInfo().Config
+	if err := checkOrder(&have, topic, group, o.Unordered); err != nil {
+		return nil, err
+	}
 	if have.AckWait == want.AckWait && have.MaxDeliver == want.MaxDeliver &&
 		have.MaxAckPending == want.MaxAckPending && have.PinnedTTL == want.PinnedTTL &&
 		have.PriorityPolicy == want.PriorityPolicy {

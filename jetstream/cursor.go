@@ -148,19 +148,32 @@ func (b *Bus) SetCursor(ctx context.Context, topic, group string, to jetbus.Posi
 	if err != nil {
 		return err
 	}
+	// Looked up first: a reset is answered by the consumer itself, so a reset of a consumer
+	// that does not exist gets no reply at all (not "not found"). A partition the group never
+	// consumed gets a consumer of the group's order: unordered when the group's other
+	// consumers are (a group without any is ordered, the default).
+	exists := make([]bool, n)
 	for p := range n {
-		name := jetbus.ConsumerName(group, p)
-		// Looked up first: a reset is answered by the consumer itself, so a reset of a
-		// consumer that does not exist gets no reply at all (not "not found").
-		_, err := b.js.Consumer(ctx, stream, name)
+		c, err := b.js.Consumer(ctx, stream, jetbus.ConsumerName(group, p))
 		switch {
 		case errors.Is(err, natsjs.ErrConsumerNotFound):
+		case err != nil:
+			return fmt.Errorf("jetbus: set cursor of %s/%s partition %d: %w", topic, group, p, retry.Opaque(err))
+		default:
+			exists[p] = true
+			o.Unordered = o.Unordered || unorderedConsumer(&c.CachedInfo().Config)
+		}
+	}
+	for p := range n {
+		name := jetbus.ConsumerName(group, p)
+		var err error
+		if exists[p] {
+			err = b.resetConsumer(ctx, stream, name, seq)
+		} else {
 			err = b.createConsumerAt(ctx, stream, b.consumerConfig(topic, t.filter(p), group, p, &o), seq)
 			if errors.Is(err, natsjs.ErrConsumerExists) {
 				err = b.resetConsumer(ctx, stream, name, seq)
 			}
-		case err == nil:
-			err = b.resetConsumer(ctx, stream, name, seq)
 		}
 		if err != nil {
 			return fmt.Errorf("jetbus: set cursor of %s/%s partition %d: %w", topic, group, p, retry.Opaque(err))

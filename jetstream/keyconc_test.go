@@ -86,4 +86,7 @@ func TestKeyConcurrencyOptions(t *testing.T) {
 	assert.ErrorIs(t, err, jetbus.ErrInvalidOption)
 	_, err = jetbus.ApplySubscribeOptions(jetbus.KeyConcurrency(4), jetbus.ManualAck())
 	assert.ErrorIs(t, err, jetbus.ErrInvalidOption)
+	// Unordered retries through the server: nothing is retried in place.
+	_, err = jetbus.ApplySubscribeOptions(jetbus.KeyConcurrency(4), jetbus.ManualAck(), jetbus.Unordered())
+	assert.NoError(t, err)
 }

@@ -13,7 +13,9 @@ type delivered struct {
 	meta *natsjs.MsgMetadata
 }
 
-// keyWorkers spread a partition's messages over workers by key (KeyConcurrency).
+// keyWorkers spread a partition's messages over workers by key (KeyConcurrency). In an
+// unordered group keys do not matter: the workers share one queue, and each takes the next
+// message when it is free.
 type keyWorkers struct {
 	pc   *partConsumer
 	in   []chan delivered
@@ -22,30 +24,41 @@ type keyWorkers struct {
 }
 
 func (pc *partConsumer) startWorkers(n int) *keyWorkers {
-	ws := &keyWorkers{pc: pc, in: make([]chan delivered, n)}
+	queues, per := n, pc.sub.opts.BatchSize/n+1
+	if pc.sub.opts.Unordered {
+		queues, per = 1, pc.sub.opts.BatchSize+1
+	}
+	ws := &keyWorkers{pc: pc, in: make([]chan delivered, queues)}
 	for i := range ws.in {
-		ws.in[i] = make(chan delivered, pc.sub.opts.BatchSize/n+1)
+		ws.in[i] = make(chan delivered, per)
+	}
+	for i := range n {
 		ws.wg.Add(1)
 		go func(in <-chan delivered) {
 			defer ws.wg.Done()
 			for d := range in {
 				if pc.sub.stopping() && !pc.sub.draining.Load() {
-					continue // left pending: release returns it (see consume)
+					if pm, ok := d.msg.(*pulled); ok {
+						pc.holdBack(pm) // unordered: given back once the pull no longer receives
+					}
+					continue // ordered: left pending, release returns it (see consume)
 				}
 				pc.handle(d.msg, d.meta)
 			}
-		}(ws.in[i])
+		}(ws.in[i%queues])
 	}
 	return ws
 }
 
 func (ws *keyWorkers) dispatch(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
-	var i int
-	if key := msg.Headers().Get(jetbus.HeaderKey); key != "" {
-		i = int(jetbus.KeyHash(key) % uint64(len(ws.in)))
-	} else {
-		i = ws.next
-		ws.next = (ws.next + 1) % len(ws.in)
+	var i int // one queue (unordered): any worker takes it
+	if len(ws.in) > 1 {
+		if key := msg.Headers().Get(jetbus.HeaderKey); key != "" {
+			i = int(jetbus.KeyHash(key) % uint64(len(ws.in)))
+		} else {
+			i = ws.next
+			ws.next = (ws.next + 1) % len(ws.in)
+		}
 	}
 	ws.in[i] <- delivered{msg, meta}
 }

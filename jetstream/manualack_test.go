@@ -17,6 +17,11 @@ import (
 // TestAckBatchAndInProgress: a ManualAck consumer that settles in batches keeps its
 // deliveries alive past the ack timeout with InProgress, then acknowledges them all at once.
 func TestAckBatchAndInProgress(t *testing.T) {
+	t.Run("ordered", func(t *testing.T) { testAckBatchAndInProgress(t) })
+	t.Run("unordered", func(t *testing.T) { testAckBatchAndInProgress(t, jetbus.Unordered()) })
+}
+
+func testAckBatchAndInProgress(t *testing.T, opts ...jetbus.SubscribeOption) {
 	s := embeddedtest.NATS(t)
 	b := embeddedtest.Bus(t, s.ClientURL())
 	ctx := t.Context()
@@ -37,7 +42,7 @@ func TestAckBatchAndInProgress(t *testing.T) {
 		}
 		attempts[d.ID]++
 		return nil
-	}, jetbus.FromEarliest(), jetbus.ManualAck(), jetbus.AckTimeout(300*time.Millisecond))
+	}, append(opts, jetbus.FromEarliest(), jetbus.ManualAck(), jetbus.AckTimeout(300*time.Millisecond))...)
 	require.NoError(t, err)
 	defer sub.Stop()
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) == n }, 10*time.Second, 5*time.Millisecond)

@@ -60,6 +60,11 @@ type partConsumer struct {
 	handledUpTo atomic.Uint64
 	// naked is set when a nak was sent since the consumer's state was last awaited.
 	naked atomic.Bool
+
+	// held are an unordered pull's deliveries that nobody started when the subscription
+	// stopped, given back once the pull no longer receives (unordered.go).
+	heldMu sync.Mutex
+	held   []*pulled
 }
 
 func (pc *partConsumer) stopIter() {
@@ -111,6 +116,18 @@ func (pc *partConsumer) run() {
 			}
 			pc.cons = cons
 			pc.reclaimPin()
+		}
+		if pc.sub.opts.Unordered {
+			// No pin, no takeover, no recovery by reset: see unordered.go.
+			err := pc.pullUnordered()
+			if pc.sub.stopping() {
+				return
+			}
+			pc.log.Info("pull interrupted, resuming", "err", err)
+			if errors.Is(err, errConsumerGone) {
+				pc.cons = nil
+			}
+			continue
 		}
 		if takeOver {
 			if err := pc.takeOver(); err != nil {

@@ -16,13 +16,21 @@ import (
 // Handling one delivery: decode it, run the handler chain, and settle the message with the
 // server (ack, nak with the backoff delay, or term).
 
+// deliveryEvent is a delivery with its event, allocated together.
+type deliveryEvent struct {
+	d jetbus.Delivery
+	e jetbus.Event
+}
+
 // handle runs the handler chain on one message and settles it.
 func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	s := pc.sub
-	both := new(struct {
-		d jetbus.Delivery
-		e jetbus.Event
-	})
+	var both *deliveryEvent
+	if pm, ok := msg.(*pulled); ok {
+		both = &pm.de // an unordered pull's message has room for it
+	} else {
+		both = new(deliveryEvent)
+	}
 	e := &both.e
 	raw, drops, decodeErr := decodeDelivery(e, msg, meta, pc.topic, pc.partition, s.bus.keepBaggage)
 	if drops != 0 {
@@ -55,8 +63,9 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	}
 	t0 := time.Now()
 	err := pc.call(ctx, d)
-	for err != nil && s.opts.KeyConcurrency > 1 && !jetbus.IsPermanent(err) && d.Attempt < s.opts.MaxAttempts {
-		// Retry in place so the key's next event waits for this one.
+	for err != nil && s.opts.KeyConcurrency > 1 && !s.opts.Unordered && !jetbus.IsPermanent(err) && d.Attempt < s.opts.MaxAttempts {
+		// Retry in place so the key's next event waits for this one (an unordered group has
+		// no order to keep: its retries go through the server).
 		if span != nil {
 			span.AddEvent("retry", trace.WithAttributes(spans.AttrAttempt.Int(d.Attempt), attribute.String("error", err.Error())))
 		}

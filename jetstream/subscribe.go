@@ -11,9 +11,11 @@ import (
 )
 
 // Subscribe implements jetbus.Bus. It creates or updates one durable consumer per (topic,
-// partition) of the group before it returns, so a bad name, a missing topic or an
-// unreachable server is reported here; then it consumes every partition in its own
-// goroutine, one event at a time, in stream order.
+// partition) of the group before it returns, so a bad name, a missing topic, an
+// unreachable server or a subscription whose order differs from its group's
+// (jetbus.Unordered) is reported here; then it consumes every partition in its own
+// goroutine, one event at a time, in stream order (unordered: in the order the server
+// hands this subscriber its share).
 func (b *Bus) Subscribe(ctx context.Context, topic, group string, h jetbus.Handler, opts ...jetbus.SubscribeOption) (jetbus.Subscription, error) {
 	return b.subscribe(ctx, topic, group, -1, h, opts)
 }
@@ -42,6 +44,9 @@ func (b *Bus) subscribe(ctx context.Context, topic, group string, only int, h je
 		return nil, err
 	}
 	if only >= 0 {
+		if o.Unordered {
+			return nil, fmt.Errorf("%w: SubscribePartition takes a partition over from its one client, and an unordered group has none (jetbus.Unordered): subscribe it with Subscribe", jetbus.ErrInvalidOption)
+		}
 		if len(o.FanIn) > 0 {
 			return nil, fmt.Errorf("%w: FanIn with a single partition", jetbus.ErrInvalidOption)
 		}

@@ -7,6 +7,10 @@
 // through its jetbus.PartitionSubscriber capability. Per-key parallelism inside a partition
 // is the Bus's as well.
 //
+// It is for ordered groups, whose per-key order needs one member per partition. An unordered
+// group (jetbus.Unordered) needs none of it: every replica subscribes with Bus.Subscribe and
+// pulls every partition; Subscribe refuses Unordered.
+//
 // # Keys and partitions
 //
 // The partition of a key is jetbus.PartitionOf(key, N) = jetbus.Jump(jetbus.KeyHash(key), N):

@@ -133,6 +133,7 @@ func TestSubscribeBadInput(t *testing.T) {
 		{"bus without partition subscriptions", plainBus{bus}, cfg, noop, nil, jetbus.ErrInvalidOption},
 		{"bad option", bus, cfg, noop, []jetbus.SubscribeOption{jetbus.BatchSize(0)}, jetbus.ErrInvalidOption},
 		{"fan-in", bus, cfg, noop, []jetbus.SubscribeOption{jetbus.FanIn("payments")}, jetbus.ErrInvalidOption},
+		{"unordered", bus, cfg, noop, []jetbus.SubscribeOption{jetbus.Unordered()}, jetbus.ErrInvalidOption},
 		{"unknown topic", bus, partition.Config{Topic: "nothing", Group: "g"}, noop, nil, jetbus.ErrTopicNotFound},
 		{"no partitions", zeroPartitions{bus}, cfg, noop, nil, partition.ErrNoPartitions},
 	}

@@ -66,7 +66,9 @@ var _ jetbus.Subscription = (*Subscriber)(nil)
 // Config fields (see Config): Topic, Group (required), MemberID, TTL, Replicas, Version,
 // Logger. opts are the Bus's subscribe options (jetbus.From…, BatchSize, MaxInFlight,
 // AckTimeout, MaxAttempts, Backoff, Filter, ManualAck, Use, KeyConcurrency) and apply to
-// every partition. FanIn is refused (jetbus.ErrInvalidOption).
+// every partition. FanIn and Unordered are refused (jetbus.ErrInvalidOption): leases and
+// assignments keep a group's per-key order, which an unordered group does without (its
+// replicas all call Bus.Subscribe with jetbus.Unordered and share every partition).
 //
 // Errors: jetbus.ErrInvalidTopic, jetbus.ErrInvalidGroup, ErrInvalidConfig (Config.Validate),
 // jetbus.ErrInvalidOption (nil handler, bad options, a Bus without the PartitionSubscriber
@@ -104,6 +106,9 @@ func Subscribe(ctx context.Context, bus jetbus.Bus, js JetStream, cfg Config, h 
 	}
 	if len(o.FanIn) > 0 {
 		return nil, fmt.Errorf("%w: FanIn is not supported by a partitioned subscription", jetbus.ErrInvalidOption)
+	}
+	if o.Unordered {
+		return nil, fmt.Errorf("%w: a partitioned subscription is for ordered groups; an unordered group (jetbus.Unordered) needs no leases: every replica subscribes it with Bus.Subscribe", jetbus.ErrInvalidOption)
 	}
 	// Through a JetStream leader election or a node restart the first requests go unanswered
 	// or are refused as unavailable: start again (from the partition count) until ctx ends.

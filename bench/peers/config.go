@@ -47,6 +47,9 @@ type Config struct {
 	CPUProfile string
 	// SideTimeout bounds one side's run in one round.
 	SideTimeout time.Duration
+	// Sides, when not empty, keeps only the sides whose name contains one of these strings
+	// (the others are not run); the ratios are then to the first side kept.
+	Sides []string
 }
 
 // defaultConfig is sized so that a full run takes a few minutes on two cores.
@@ -97,6 +100,14 @@ func (c Config) Validate() error {
 // runs reports whether scenario s is selected.
 func (c Config) runs(s string) bool { return slices.Contains(c.Scenarios, s) }
 
+// keeps reports whether the side named name is selected (Sides).
+func (c Config) keeps(name string) bool {
+	if len(c.Sides) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(c.Sides, func(part string) bool { return strings.Contains(name, part) })
+}
+
 // parseFlags returns the Config that args describe, on top of defaultConfig.
 func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	c := defaultConfig()
@@ -112,11 +123,17 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	scenarios := fs.String("scenarios", strings.Join(c.Scenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ","))
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.DurationVar(&c.SideTimeout, "side-timeout", c.SideTimeout, "bound on one side's run in one round")
+	sides := fs.String("sides", "", "parts of side names separated by ';' (names hold commas): run only the sides whose name contains one (default: all)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected arguments %q", errInvalidConfig, fs.Args())
+	}
+	for _, s := range strings.Split(*sides, ";") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.Sides = append(c.Sides, s)
+		}
 	}
 	c.Scenarios = nil
 	for _, s := range strings.Split(*scenarios, ",") {

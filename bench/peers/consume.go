@@ -79,6 +79,9 @@ func consumeScenario(ctx context.Context, e *env, cfg Config, name string, topic
 		{"jetbus (Subscribe)", func(ctx context.Context, _ int) ([]float64, error) {
 			return e.consumeBus(ctx, topics.bus, n, h)
 		}},
+		{"jetbus (Subscribe, Unordered)", func(ctx context.Context, _ int) ([]float64, error) {
+			return e.consumeBus(ctx, topics.bus, n, h, jetbus.Unordered())
+		}},
 		{"watermill (AckAsync)", func(ctx context.Context, _ int) ([]float64, error) {
 			return e.consumeWatermill(ctx, topics.watermill, n, h, true)
 		}},
@@ -87,6 +90,9 @@ func consumeScenario(ctx context.Context, e *env, cfg Config, name string, topic
 		}},
 		{"raw nats.go (pull, Messages)", func(ctx context.Context, _ int) ([]float64, error) {
 			return e.consumeRaw(ctx, topics.raw, 1, n, h, rawPlain)
+		}},
+		{"raw nats.go (pull, window 1000)", func(ctx context.Context, _ int) ([]float64, error) {
+			return e.consumeRaw(ctx, topics.raw, 1, n, h, rawWindow)
 		}},
 		{"raw nats.go (pull, pinned, window 1000)", func(ctx context.Context, _ int) ([]float64, error) {
 			return e.consumeRaw(ctx, topics.raw, 1, n, h, rawPinned)
@@ -138,8 +144,9 @@ func (e *env) finish(ctx context.Context, t0 time.Time, stream string, consumers
 }
 
 // consumeBus is the Bus side: Subscribe with its defaults (batch 100, in-flight 1000, ack
-// timeout 30s, pinned consumer) from the earliest event, on a fresh group and connection.
-func (e *env) consumeBus(ctx context.Context, topic string, n int, h handler) ([]float64, error) {
+// timeout 30s, pinned consumer) and opts (Unordered: a consumer without a pin) from the
+// earliest event, on a fresh group and connection.
+func (e *env) consumeBus(ctx context.Context, topic string, n int, h handler, opts ...jetbus.SubscribeOption) ([]float64, error) {
 	nc, err := e.connect()
 	if err != nil {
 		return nil, err
@@ -159,7 +166,7 @@ func (e *env) consumeBus(ctx context.Context, topic string, n int, h handler) ([
 		}
 		c.add()
 		return nil
-	}, jetbus.FromEarliest())
+	}, append([]jetbus.SubscribeOption{jetbus.FromEarliest()}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -236,10 +243,6 @@ func (e *env) consumeWatermill(ctx context.Context, topic string, n int, h handl
 	return res, e.deleteConsumers(ctx, stream, consumers)
 }
 
-// consumeRaw is raw nats.go: one durable pull consumer per partition of topic (AckExplicit,
-// deliver all, the Bus's ack wait and max ack pending, not pinned), each read through a
-// Messages iterator (PullMaxMessages(100)) in its own goroutine, every message acknowledged
-// with Ack.
 // rawMode is how the raw side's consumers are set up.
 type rawMode int
 
@@ -247,12 +250,18 @@ const (
 	// rawPlain: what a Go user writes first: a durable pull consumer read with Messages and
 	// PullMaxMessages(100).
 	rawPlain rawMode = iota
-	// rawPinned: the consumer as the Bus sets it up (pinned_client priority group, the second
-	// fence) read with the window the Bus grows to for a fast handler (MaxInFlight, 1000): the
-	// ceiling of any client of such a consumer.
+	// rawPinned: the consumer as the Bus sets up an ordered group's (pinned_client priority
+	// group, the second fence) read with the window the Bus grows to for a fast handler
+	// (MaxInFlight, 1000): the ceiling of any client of such a consumer.
 	rawPinned
+	// rawWindow: the consumer as the Bus sets up an unordered group's (no priority policy)
+	// read with the same window: the ceiling of a nats.go client of such a consumer.
+	rawWindow
 )
 
+// consumeRaw is raw nats.go: one durable pull consumer per partition of topic (AckExplicit,
+// deliver all, the Bus's ack wait and max ack pending; pinned or not, see rawMode), each read
+// through a Messages iterator in its own goroutine, every message acknowledged with Ack.
 func (e *env) consumeRaw(ctx context.Context, topic string, partitions, n int, h handler, mode rawMode) ([]float64, error) {
 	nc, err := e.connect()
 	if err != nil {
@@ -292,7 +301,10 @@ func (e *env) consumeRaw(ctx context.Context, topic string, partitions, n int, h
 			MaxAckPending: maxAckPending,
 		}
 		pull := []natsjs.PullMessagesOpt{natsjs.PullMaxMessages(pullBatch)}
-		if mode == rawPinned {
+		switch mode {
+		case rawWindow:
+			pull = []natsjs.PullMessagesOpt{natsjs.PullMaxMessages(maxAckPending)}
+		case rawPinned:
 			cfg.PriorityPolicy = natsjs.PriorityPolicyPinned
 			cfg.PriorityGroups = []string{jetbus.PriorityGroup}
 			cfg.PinnedTTL = 10 * time.Second
@@ -313,6 +325,8 @@ func (e *env) consumeRaw(ctx context.Context, topic string, partitions, n int, h
 				m, err := it.Next()
 				if errors.Is(err, natsjs.ErrMsgIteratorClosed) {
 					return
+				} else if errors.Is(err, natsjs.ErrNoHeartbeat) {
+					continue // reported, not fatal: the iterator pulls again
 				} else if err != nil {
 					fail(err)
 					return

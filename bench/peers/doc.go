@@ -12,7 +12,10 @@
 //
 //	go run . [-rounds 5] [-publish 50000] [-sync 5000] [-consume 100000] [-partitioned 100000]
 //	         [-partitions 16] [-wm-publishers 16] [-scenarios publish,sync,consume,decode,partitions]
-//	         [-cpuprofile FILE]
+//	         [-sides 'PART;PART'] [-cpuprofile FILE]
+//
+// -sides runs only the sides whose name contains one of the ';'-separated parts (the ratios
+// are then to the first side kept), for comparing a few sides over many rounds.
 //
 // # Scenarios
 //
@@ -27,9 +30,13 @@
 //     the JSON body into a map[string]any. Timed from subscribing (consumer creation
 //     included) until the server's consumer state shows every event delivered and
 //     acknowledged (NumPending and NumAckPending zero): acks confirmed at the server's ack
-//     floor, not merely sent. Sides: the Bus (Subscribe), Watermill's subscriber with
-//     AckAsync (its fastest) and with its defaults (each ack awaited), and a raw durable pull
-//     consumer (Messages, PullMaxMessages(100), Ack).
+//     floor, not merely sent. Sides: the Bus (Subscribe: an ordered group, pinned; and
+//     Subscribe with Unordered: no pin), Watermill's subscriber with AckAsync (its fastest)
+//     and with its defaults (each ack awaited), and raw durable pull consumers read with
+//     Messages and Ack: PullMaxMessages(100) (what a Go user writes first), and with the
+//     window the Bus grows to (1000) on a consumer like an unordered group's (no priority
+//     policy) and like an ordered group's (pinned). The table compares every side with the
+//     Bus's ordered side and with its unordered one.
 //   - partitions: the same with a do-nothing handler on a -partitions topic, through one
 //     partition.Subscribe member against one raw pull consumer per partition, each in its
 //     own goroutine. Watermill has no partitions and is not in it.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -178,7 +179,12 @@ func (e *env) fillAsync(ctx context.Context, topic string, n int, msg func(i int
 		return err
 	}
 	for i := range n {
-		if _, err := e.js.PublishMsgAsync(msg(i)); err != nil {
+		m := msg(i)
+		err := unstall(ctx, e.js.PublishAsyncComplete, func() error {
+			_, err := e.js.PublishMsgAsync(m)
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -198,7 +204,11 @@ func (e *env) fillBus(ctx context.Context, topic string, n int, key func(i int) 
 		if key != nil {
 			opts = append(opts, jetbus.WithKey(key(i)))
 		}
-		if _, err := e.bus.PublishAsync(ctx, topic, body, opts...); err != nil {
+		err := unstall(ctx, e.bus.PublishAsyncComplete, func() error {
+			_, err := e.bus.PublishAsync(ctx, topic, body, opts...)
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -206,6 +216,26 @@ func (e *env) fillBus(ctx context.Context, topic string, n int, key func(i int) 
 		return err
 	}
 	return e.checkStored(ctx, topic, n)
+}
+
+// unstall runs publish, one asynchronous publish; when it fails because too many publishes
+// await their acks for too long (a loaded machine: nats.go gives up after 200 ms), it waits
+// until every ack came back and tries again, a few times. The fills use it, and so do both
+// asynchronous publish sides (the Bus and raw nats.go, alike), whose wait is then part of
+// the time measured: back-pressure, as an application would meet it.
+func unstall(ctx context.Context, complete func() <-chan struct{}, publish func() error) error {
+	for try := 0; ; try++ {
+		err := publish()
+		// The Bus keeps nats.go's error values out of its API (the text stays).
+		stalled := err != nil && (errors.Is(err, natsjs.ErrTooManyStalledMsgs) ||
+			strings.Contains(err.Error(), natsjs.ErrTooManyStalledMsgs.Error()))
+		if !stalled || try == 5 {
+			return err
+		}
+		if err := waitComplete(ctx, complete()); err != nil {
+			return err
+		}
+	}
 }
 
 func waitComplete(ctx context.Context, done <-chan struct{}) error {

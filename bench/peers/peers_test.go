@@ -19,8 +19,10 @@ func TestSmoke(t *testing.T) {
 	for _, row := range []string{
 		"| jetbus (PublishAsync) |", "| raw nats.go (PublishMsgAsync) |", "| watermill (Publish) |",
 		"| watermill (Publish, 4 goroutines) |", "| jetbus (Publish) |", "| raw nats.go (PublishMsg) |",
-		"| jetbus (Subscribe) |", "| watermill (AckAsync) |", "| watermill (default: AckSync) |",
-		"| raw nats.go (pull, Messages) |", "| jetbus (partition.Subscribe, 1 member) |",
+		"| jetbus (Subscribe) |", "| jetbus (Subscribe, Unordered) |", "| watermill (AckAsync) |",
+		"| watermill (default: AckSync) |", "| raw nats.go (pull, Messages) |",
+		"| raw nats.go (pull, window 1000) |", "| raw nats.go (pull, pinned, window 1000) |",
+		"| jetbus (partition.Subscribe, 1 member) |",
 		"| raw nats.go (4 pull consumers) |",
 	} {
 		if !strings.Contains(stdout.String(), row) {
@@ -41,6 +43,7 @@ func TestParseFlags(t *testing.T) {
 		{"no rounds", []string{"-rounds", "0"}, false},
 		{"negative publishers", []string{"-wm-publishers", "-1"}, false},
 		{"extra argument", []string{"now"}, false},
+		{"some sides", []string{"-sides", "Unordered;AckAsync"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,6 +55,30 @@ func TestParseFlags(t *testing.T) {
 				t.Fatalf("parseFlags(%q) = %v, want errInvalidConfig", tt.args, err)
 			}
 		})
+	}
+}
+
+// TestSides: -sides runs only the sides named, and the table compares them with the first
+// kept and with the unordered Bus side.
+func TestSides(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"-rounds=1", "-consume=300", "-scenarios=consume", "-sides=Unordered;AckAsync"}
+	if code := run(t.Context(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, stderr.String())
+	}
+	table := stdout.String()
+	for _, row := range []string{"| jetbus (Subscribe, Unordered) |", "| watermill (AckAsync) |"} {
+		if !strings.Contains(table, row) {
+			t.Errorf("table has no row %q:\n%s", row, table)
+		}
+	}
+	for _, row := range []string{"| jetbus (Subscribe) |", "| watermill (default: AckSync) |", "| raw nats.go"} {
+		if strings.Contains(table, row) {
+			t.Errorf("table has a row %q that -sides left out:\n%s", row, table)
+		}
+	}
+	if code := run(t.Context(), []string{"-rounds=1", "-consume=300", "-scenarios=consume", "-sides=nothing"}, io.Discard, io.Discard); code != 1 {
+		t.Errorf("-sides keeping no side: exit status %d, want 1", code)
 	}
 }
 

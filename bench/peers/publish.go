@@ -135,7 +135,11 @@ func publishScenario(ctx context.Context, e *env, cfg Config, progress io.Writer
 		{"jetbus (PublishAsync)", func(ctx context.Context, _ int) ([]float64, error) {
 			return timed(ctx, topics["jetbus"], func(ctx context.Context, _ string) error {
 				for range n {
-					if _, err := p.bus.PublishAsync(ctx, topics["jetbus"], body); err != nil {
+					err := unstall(ctx, p.bus.PublishAsyncComplete, func() error {
+						_, err := p.bus.PublishAsync(ctx, topics["jetbus"], body)
+						return err
+					})
+					if err != nil {
 						return err
 					}
 				}
@@ -145,7 +149,12 @@ func publishScenario(ctx context.Context, e *env, cfg Config, progress io.Writer
 		{"raw nats.go (PublishMsgAsync)", func(ctx context.Context, _ int) ([]float64, error) {
 			return timed(ctx, topics["raw"], func(ctx context.Context, subject string) error {
 				for range n {
-					if _, err := p.js.PublishMsgAsync(rawMsg(subject, uuid.NewString())); err != nil {
+					m := rawMsg(subject, uuid.NewString())
+					err := unstall(ctx, p.js.PublishAsyncComplete, func() error {
+						_, err := p.js.PublishMsgAsync(m)
+						return err
+					})
+					if err != nil {
 						return err
 					}
 				}

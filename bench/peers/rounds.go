@@ -34,6 +34,23 @@ type result struct {
 	values  [][][]float64
 	cpu     [][]float64
 	noCPU   bool // cpu is not attributable to one side
+	// alt is the index of a second Bus side every side is compared with too (the unordered
+	// subscription), or 0 when there is none.
+	alt int
+}
+
+// altSuffix ends the name of a scenario's second Bus side (result.alt).
+const altSuffix = ", Unordered)"
+
+// filterSides keeps the sides cfg.Sides selects.
+func filterSides(cfg Config, sides []side) []side {
+	kept := sides[:0:0]
+	for _, s := range sides {
+		if cfg.keeps(s.name) {
+			kept = append(kept, s)
+		}
+	}
+	return kept
 }
 
 // runRounds runs every side once per round. The order rotates by one each round, so each
@@ -41,10 +58,17 @@ type result struct {
 // collected before the next starts. events is how many events one run of a side handles.
 // Progress goes to progress, one line per side and round.
 func runRounds(ctx context.Context, cfg Config, scenario string, events int, metrics []metric, sides []side, progress io.Writer) (*result, error) {
+	sides = filterSides(cfg, sides)
+	if len(sides) == 0 {
+		return nil, fmt.Errorf("%s: -sides %q keeps no side", scenario, strings.Join(cfg.Sides, ","))
+	}
 	res := &result{metrics: metrics, values: make([][][]float64, len(sides)), cpu: make([][]float64, len(sides))}
 	for i, s := range sides {
 		res.sides = append(res.sides, s.name)
 		res.values[i] = make([][]float64, len(metrics))
+		if i > 0 && strings.HasSuffix(s.name, altSuffix) && res.alt == 0 {
+			res.alt = i
+		}
 	}
 	for r := range cfg.Rounds {
 		for k := range sides {

@@ -21,31 +21,36 @@ const (
 )
 
 // writeTable writes one Markdown table of every result: per metric, one row per side with
-// min, median and max over the rounds, the ratio of medians jetbus ÷ side, and the median of
-// the process CPU time per event.
+// min, median and max over the rounds, the ratio of medians jetbus ÷ side, the same for the
+// scenario's unordered Bus side when it has one (result.alt), and the median of the process
+// CPU time per event.
 func writeTable(w io.Writer, results []*result) {
-	fmt.Fprintln(w, "| scenario | side | min | median | max | jetbus ÷ side (medians) | process CPU µs/event (median) |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | side | min | median | max | jetbus ÷ side (medians) | jetbus Unordered ÷ side (medians) | process CPU µs/event (median) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, res := range results {
 		for m, mt := range res.metrics {
 			_, busMed, _ := stats(res.values[0][m])
+			_, altMed, _ := stats(res.values[res.alt][m])
 			for i, name := range res.sides {
 				lo, med, hi := stats(res.values[i][m])
 				label := ""
 				if i == 0 {
 					label = fmt.Sprintf("%s (%s, %d rounds)", mt.name, mt.unit, len(res.values[i][m]))
 				}
-				ratio := "—"
+				ratio, altRatio := "—", "—"
 				if i > 0 && med > 0 {
 					ratio = strconv.FormatFloat(busMed/med, 'f', 2, 64)
+				}
+				if res.alt > 0 && i != res.alt && med > 0 {
+					altRatio = strconv.FormatFloat(altMed/med, 'f', 2, 64)
 				}
 				cpu := "—" // not attributable to one side (the sync scenario interleaves them)
 				if !res.noCPU {
 					_, c, _ := stats(res.cpu[i])
 					cpu = strconv.FormatFloat(c, 'f', 1, 64)
 				}
-				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", label, name,
-					format(lo, mt.unit), format(med, mt.unit), format(hi, mt.unit), ratio, cpu)
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, name,
+					format(lo, mt.unit), format(med, mt.unit), format(hi, mt.unit), ratio, altRatio, cpu)
 			}
 		}
 	}

@@ -1,0 +1,84 @@
+package jetstream
+
+import (
+	"log/slog"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// parseAckReply reads what nats.go's own parser reads, from both forms of ack subject.
+func TestParseAckReply(t *testing.T) {
+	for _, reply := range []string{
+		"$JS.ACK.orders.g_p0.1.7.3.1700000000000000000.12",
+		"$JS.ACK._.acchash.orders.g_p0.2.7.3.1700000000000000001.0.random",
+		"$JS.ACK.hub.acchash.orders.g_p0.5.70.30.1700000000000000002.4.random",
+		"$JS.ACK.hub.acchash.orders.g_p0.5.70.30.1700000000000000002.4", // no last token
+		"$JS.ACK.hub.acchash.orders.g_p0.5.70.30.1700000000000000002.4.random.more",
+	} {
+		var got natsjs.MsgMetadata
+		require.NoError(t, parseAckReply(reply, &got), reply)
+		want, err := (&nats.Msg{Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		require.NoError(t, err, reply)
+		assert.Equal(t, natsjs.MsgMetadata{
+			Sequence:     natsjs.SequencePair{Stream: want.Sequence.Stream, Consumer: want.Sequence.Consumer},
+			NumDelivered: want.NumDelivered,
+			NumPending:   want.NumPending,
+			Timestamp:    want.Timestamp,
+			Stream:       want.Stream,
+			Consumer:     want.Consumer,
+			Domain:       want.Domain,
+		}, got, reply)
+	}
+	var md natsjs.MsgMetadata
+	require.NoError(t, parseAckReply("$JS.ACK.orders.g_p0.1.7.3.1700000000000000000.12", &md))
+	assert.Equal(t, natsjs.MsgMetadata{Sequence: natsjs.SequencePair{Stream: 7, Consumer: 3}, NumDelivered: 1, NumPending: 12,
+		Timestamp: time.Unix(0, 1700000000000000000), Stream: "orders", Consumer: "g_p0"}, md)
+	for _, bad := range []string{"", "_INBOX.x", "$JS.ACK.orders.g_p0.1.7.3.17", "$JS.ACK.a.b.orders.g_p0.1.7.3.17"} {
+		assert.ErrorIs(t, parseAckReply(bad, &md), errAckSubject, bad)
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		_ = parseAckReply("$JS.ACK._.acchash.orders.g_p0.2.7.3.1700000000000000001.0.random", &md)
+	}), "parseAckReply allocates")
+}
+
+// An unordered pull's delivery costs one allocation on the Bus's side: the pulled message,
+// which holds its metadata and the Delivery and Event handle makes of it (see "Cost per
+// delivery" in the package doc).
+func TestUnorderedDeliveryAllocations(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+
+	pc, fm := deliveryFixture()
+	pc.sub.opts.Unordered = true
+	pc.log = slog.New(slog.DiscardHandler)
+	pc.win = newWindow(100, 1000, 0, time.Minute)
+	p := &puller{pc: pc, nc: nc}
+	m := &nats.Msg{Subject: fm.subject, Reply: fm.reply, Header: fm.header, Data: fm.data}
+	handle := pc.handle
+	// AllocsPerRun counts the whole process's allocations: goroutines an earlier test left
+	// winding down (-count, -race) add theirs. The least of a few measurements is this path's.
+	allocs := math.Inf(1)
+	for range 5 {
+		allocs = min(allocs, testing.AllocsPerRun(1000, func() {
+			pm, err := p.take(m)
+			if err != nil || pm == nil {
+				t.Fatalf("take: %v, %v", pm, err)
+			}
+			p.deliver(pm, handle)
+		}))
+	}
+	assert.LessOrEqual(t, allocs, 1.0, "allocations per unordered delivery")
+}
