@@ -87,10 +87,12 @@ type Timeouts struct {
 }
 
 // ConfirmWindow is how far apart the two probes that take a member for dead must be, each
-// answered by the server with "no responders": longer than a client's reconnect (nats.go
-// tries the next server of a cluster at once; jetbus's processes wait 1 s, plus up to 100 ms
-// of jitter, before trying a single server again), so that a member reconnecting is not taken
-// for dead.
+// answered by the server with "no responders", for a member that does not advertise how long
+// its reconnect takes (MemberInfo.Reconnect: an older version, or a custom reconnect delay):
+// longer than a client's reconnect, so that a member reconnecting is not taken for dead. A
+// member that advertises its reconnect gets that plus 250 ms instead (at least 500 ms): for
+// jetbus's processes, which wait 250 ms plus up to 100 ms of jitter before trying a single
+// server again, 600 ms; for nats.go's defaults (2 s, 100 ms), 2.35 s.
 const ConfirmWindow = 1250 * time.Millisecond
 
 // maxHeartbeat bounds the heartbeat interval: a crashed member is suspected this soon after its
