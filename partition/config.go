@@ -59,7 +59,7 @@ type Config struct {
 
 // Timeouts are the durations derived from a Config's TTL.
 //
-//	Heartbeat    = min(TTL/3, 500ms)  a member rewrites its key this often
+//	Heartbeat    = min(TTL/3, 250ms)  a member rewrites its key this often
 //	LeaseTTL     = TTL                a lease not renewed for this long expires on the server
 //	Renew        = TTL/3              an owner renews each lease this often
 //	Guard        = 4·TTL/5            an owner that has not renewed a lease for this long
@@ -97,7 +97,7 @@ const ConfirmWindow = 1250 * time.Millisecond
 
 // maxHeartbeat bounds the heartbeat interval: a crashed member is suspected this soon after its
 // last heartbeat, whatever the TTL.
-const maxHeartbeat = 500 * time.Millisecond
+const maxHeartbeat = 250 * time.Millisecond
 
 // Timeouts returns the durations derived from c.TTL (DefaultTTL when zero).
 func (c Config) Timeouts() Timeouts {
