@@ -40,9 +40,9 @@ import (
 // back, so messages go out in the order of their positions and the versions of a key only
 // increase — a slow client gets the latest version of a key, never an older one after a
 // newer one. When the buffer is full, the client's reading of the hub's ring waits where
-// it is; once the ring drops a change the client has not read (it is hubRing changes
-// behind) the client gets "event: overflow" and is disconnected: it resumes with
-// Last-Event-ID, and nothing waits for it.
+// it is; once the ring drops a change the client has not read (it is Config.WatchWindow
+// behind, or past Config.WatchWindowBytes) the client gets "event: overflow" and is
+// disconnected: it resumes with Last-Event-ID, and nothing waits for it.
 
 // watchBatch bounds the messages of one write.
 const (
@@ -360,6 +360,9 @@ func (w *watcher) drain() {
 func (w *watcher) drainRing() bool {
 	checked := time.Now()
 	for {
+		if !w.s.drainGate(w.ctx) {
+			return false
+		}
 		chs, next, head, wake, lost, err := w.h.read(w.cursor)
 		switch {
 		case err != nil:
@@ -406,6 +409,9 @@ func (w *watcher) drainRing() bool {
 // ended. A full buffer holds the stream back: it is the client's own.
 func (w *watcher) catchUp() bool {
 	for {
+		if !w.s.drainGate(w.ctx) {
+			return false
+		}
 		r0 := w.h.received()
 		ch, emit, err := w.src.next(w.ctx)
 		if err != nil {

@@ -69,6 +69,8 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"http.max_waits":                {ac.MaxWaits, snapshotapi.DefaultMaxWaits},
 		"http.max_watchers":             {ac.MaxWatchers, snapshotapi.DefaultMaxWatchers},
 		"http.watch_buffer":             {ac.WatchBuffer, snapshotapi.DefaultWatchBuffer},
+		"http.watch_window":             {ac.WatchWindow, snapshotapi.DefaultWatchWindow},
+		"http.watch_window_bytes":       {ac.WatchWindowBytes, int64(snapshotapi.DefaultWatchWindowBytes)},
 		"topics.partitions":             {tc.Partitions, jetstream.DefaultPartitions},
 		"topics.replicas":               {tc.Replicas, jetstream.DefaultReplicas},
 		"topics.duplicate_window":       {tc.DuplicateWindow, jetstream.DefaultDuplicateWindow},

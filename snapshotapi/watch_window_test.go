@@ -1,0 +1,77 @@
+package snapshotapi_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/jetbus/jetbus/snapshotapi"
+)
+
+// receiveKeys reads n upserts from s, k00 to k<n-1> in order, and returns the id of each.
+func receiveKeys(t *testing.T, s *stream, n int) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for k := range n {
+		e := s.next()
+		require.Equal(t, "upsert", e.event, "%s", e.data)
+		require.Equal(t, fmt.Sprintf("k%02d", k), e.payload(t).Key)
+		ids = append(ids, e.id)
+	}
+	return ids
+}
+
+// TestWatchWindowKeepsAHeldUpDrainer: the hub keeps the changes of Config.WatchWindow, not
+// only its last few, so that a watch whose drainer is held up (the process short of CPU
+// under a burst) goes on from where it was when it runs again: no overflow, no change stream
+// of its own. A client resuming from a position the window still holds reads it too.
+func TestWatchWindowKeepsAHeldUpDrainer(t *testing.T) {
+	t.Cleanup(snapshotapi.SetHubRing(5))
+	t.Cleanup(snapshotapi.SetHubWindow(time.Minute))
+	a := newAPI(t, false)
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "synced", s.next().event)
+
+	resume := a.srv.PauseDrainers()
+	for k := range 40 {
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, nil)
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 40 }, "the hub read every change")
+	kept, _ := a.srv.HubKept(a.db.Name(), "orders")
+	assert.Equal(t, 40, kept, "the window keeps more than the 5 last changes")
+	resume()
+	ids := receiveKeys(t, s, 40)
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_ends_total"), "no overflow")
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_catchups_total"), "no catch-up")
+	assert.Equal(t, 1, a.streamsOn("orders"), "the hub's stream only")
+
+	// A client cut off (or an overflow resumed) from a position the window holds reads it.
+	s.close()
+	r := a.watch("/v1/views/orders?watch=true", "Last-Event-ID", ids[9])
+	for k := 10; k < 40; k++ {
+		require.Equal(t, fmt.Sprintf("k%02d", k), r.next().payload(t).Key)
+	}
+	assert.Equal(t, 1, a.streamsOn("orders"), "resumed from the hub's ring")
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_catchups_total"))
+}
+
+// TestWatchWindowBytes: what the hub keeps is bounded by Config.WatchWindowBytes, whatever
+// the window: past it the oldest changes go first.
+func TestWatchWindowBytes(t *testing.T) {
+	const budget = 100 << 10
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.WatchWindowBytes = budget }))
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "synced", s.next().event)
+	for k := range 20 { // each about 16 KiB: counted twice, 20 of them are 650 KiB
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{pad})
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 20 }, "the hub read every change")
+	n, bytes := a.srv.HubKept(a.db.Name(), "orders")
+	assert.LessOrEqual(t, bytes, int64(budget))
+	assert.Positive(t, n)
+	assert.Less(t, n, 20)
+}
