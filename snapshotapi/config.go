@@ -60,10 +60,12 @@ const (
 	MaxPositions = 64
 )
 
-// Defaults of the changes kept for watches (Config.WatchWindow, Config.WatchWindowBytes).
+// Defaults of the changes kept for watches and of their catch-ups (Config.WatchWindow,
+// Config.WatchWindowBytes, Config.MaxCatchUps).
 const (
 	DefaultWatchWindow      = 30 * time.Second
 	DefaultWatchWindowBytes = 64 << 20
+	DefaultMaxCatchUps      = 16
 )
 
 // Reserved query parameters: no filter field may be named like one.
@@ -198,6 +200,10 @@ type Config struct {
 	// and rendered) and 320 bytes; past the bound the oldest go first, whatever WatchWindow
 	// says.
 	WatchWindowBytes int64
+	// MaxCatchUps bounds the watches reading a change stream of their own at once, to catch
+	// up from a position older than the changes kept (default DefaultMaxCatchUps); the
+	// others wait their turn, streaming keep-alive comments.
+	MaxCatchUps int
 	// KeepAlive is how often an idle watch sends a comment (default DefaultKeepAlive).
 	KeepAlive time.Duration
 	// TicketTTL is how long a ticket (POST /v1/tickets) is accepted by a watch (default
@@ -282,9 +288,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: DefaultWait %s exceeds MaxWait %s", ErrInvalidConfig, c.DefaultWait, c.MaxWait)
 	}
 	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 || c.MaxPageBytes < 0 ||
-		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.WatchWindow < 0 || c.WatchWindowBytes < 0 ||
+		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.WatchWindow < 0 || c.WatchWindowBytes < 0 || c.MaxCatchUps < 0 ||
 		c.KeepAlive < 0 || c.TicketTTL < 0 || c.SwitchTimeout < 0 {
-		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer, WatchWindow, WatchWindowBytes, KeepAlive, TicketTTL and SwitchTimeout may not be negative", ErrInvalidConfig)
+		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer, WatchWindow, WatchWindowBytes, MaxCatchUps, KeepAlive, TicketTTL and SwitchTimeout may not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -431,6 +437,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.WatchWindowBytes == 0 {
 		c.WatchWindowBytes = DefaultWatchWindowBytes
+	}
+	if c.MaxCatchUps == 0 {
+		c.MaxCatchUps = DefaultMaxCatchUps
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = DefaultKeepAlive

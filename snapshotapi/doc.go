@@ -85,7 +85,11 @@
 //     4,096) within Config.WatchWindowBytes; each watch has a buffer of Config.WatchBuffer
 //     keys that coalesces a slow client's changes (a key's latest replaces its waiting
 //     one) and is disconnected with an overflow event once, its buffer full, it falls
-//     behind what the hub keeps. Filters
+//     behind what the hub keeps. A watch that fell behind with room in its buffer (its
+//     drainer held up, not its client) is not cut off: like a watch resumed from an older
+//     position it reads a change stream of its own until it meets the hub's. At most
+//     Config.MaxCatchUps watches do so at once; the others are answered 200 and wait their
+//     turn in order, streaming keep-alive comments (catchup.go says why not a 503). Filters
 //     are applied to changed documents in memory, as MongoDB applies them (match.go).
 //     Config.MaxWatchers bound the watches; each write has Config.RequestTimeout to
 //     complete. After a

@@ -22,7 +22,8 @@ import (
 // window is what a drainer may be held up (the process short of CPU under a burst: a
 // drainer of thousands on two cores waited seconds for its turn) without losing its place.
 // A watcher whose start is before what the ring holds reads a change stream of its own
-// from its start (catching up) and moves to the ring once the two meet.
+// from its start (catching up, at most Config.MaxCatchUps at once: catchups) and moves to
+// the ring once the two meet.
 //
 // A hub starts when its collection gets its first watcher, at that watcher's start (or
 // the position its snapshot begins from), and stops hubLinger after its last watcher left,

@@ -115,6 +115,7 @@ type Server struct {
 	hubRing     int
 	ringWindow  time.Duration // what a hub's ring keeps: Config.WatchWindow, or hubWindow
 	ringBytes   int64         // and Config.WatchWindowBytes
+	catchups    *catchUps
 	watchers    atomic.Int64
 	// drainPause, set by a test (PauseDrainers), holds every drainer until it is closed.
 	drainPause atomic.Pointer[chan struct{}]
@@ -160,6 +161,7 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 	if hubWindow >= 0 {
 		s.ringWindow = hubWindow
 	}
+	s.catchups = newCatchUps(cfg.MaxCatchUps)
 	s.hubsCtx, s.hubsCancel = context.WithCancel(context.Background())
 	if s.cache != nil {
 		s.cache.onCheckpoint = func(db, id string) { s.known.wrote(db + "\x00" + id) }

@@ -71,6 +71,7 @@ func TestConfigDefaultsAreThePackagesDefaults(t *testing.T) {
 		"http.watch_buffer":             {ac.WatchBuffer, snapshotapi.DefaultWatchBuffer},
 		"http.watch_window":             {ac.WatchWindow, snapshotapi.DefaultWatchWindow},
 		"http.watch_window_bytes":       {ac.WatchWindowBytes, int64(snapshotapi.DefaultWatchWindowBytes)},
+		"http.max_catchups":             {ac.MaxCatchUps, snapshotapi.DefaultMaxCatchUps},
 		"topics.partitions":             {tc.Partitions, jetstream.DefaultPartitions},
 		"topics.replicas":               {tc.Replicas, jetstream.DefaultReplicas},
 		"topics.duplicate_window":       {tc.DuplicateWindow, jetstream.DefaultDuplicateWindow},
