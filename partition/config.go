@@ -59,7 +59,7 @@ type Config struct {
 
 // Timeouts are the durations derived from a Config's TTL.
 //
-//	Heartbeat    = min(TTL/3, 500ms)  a member rewrites its key this often
+//	Heartbeat    = min(TTL/3, 250ms)  a member rewrites its key this often
 //	LeaseTTL     = TTL                a lease not renewed for this long expires on the server
 //	Renew        = TTL/3              an owner renews each lease this often
 //	Guard        = 4·TTL/5            an owner that has not renewed a lease for this long
@@ -87,15 +87,17 @@ type Timeouts struct {
 }
 
 // ConfirmWindow is how far apart the two probes that take a member for dead must be, each
-// answered by the server with "no responders": longer than a client's reconnect (nats.go
-// tries the next server of a cluster at once; jetbus's processes wait 1 s, plus up to 100 ms
-// of jitter, before trying a single server again), so that a member reconnecting is not taken
-// for dead.
+// answered by the server with "no responders", for a member that does not advertise how long
+// its reconnect takes (MemberInfo.Reconnect: an older version, or a custom reconnect delay):
+// longer than a client's reconnect, so that a member reconnecting is not taken for dead. A
+// member that advertises its reconnect gets that plus 250 ms instead (at least 500 ms): for
+// jetbus's processes, which wait 250 ms plus up to 100 ms of jitter before trying a single
+// server again, 600 ms; for nats.go's defaults (2 s, 100 ms), 2.35 s.
 const ConfirmWindow = 1250 * time.Millisecond
 
 // maxHeartbeat bounds the heartbeat interval: a crashed member is suspected this soon after its
 // last heartbeat, whatever the TTL.
-const maxHeartbeat = 500 * time.Millisecond
+const maxHeartbeat = 250 * time.Millisecond
 
 // Timeouts returns the durations derived from c.TTL (DefaultTTL when zero).
 func (c Config) Timeouts() Timeouts {

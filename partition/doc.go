@@ -85,13 +85,17 @@
 //     costs nothing.
 //   - "No responders": the server knows no subscription on the subject: the member's
 //     connection is gone. A member that is reconnecting looks the same for as long as its
-//     reconnect takes, so a second probe, ConfirmWindow (1.25 s) after the first, must find
-//     no responders too, with no heartbeat of the member seen in between. A member whose
-//     heartbeats were on time when its connection dropped is first probed no sooner than
-//     Suspect minus a heartbeat (125 ms) after the drop, so a reconnect of up to 1.375 s is
-//     not taken for a death (1.25 s if its heartbeats were late already); a cluster's clients
-//     reconnect to another node at once, and jetbus's processes retry a single server after
-//     1 s plus up to 100 ms of jitter.
+//     reconnect takes, so a second probe, the member's confirm window after the first, must
+//     find no responders too, with no heartbeat of the member seen in between. Each member
+//     advertises how long its reconnect takes at most (MemberInfo.Reconnect: its
+//     connection's ReconnectWait plus its jitter, after which it tries a server it already
+//     tried again; a cluster's clients reconnect to another node at once), and its confirm
+//     window is that plus 250 ms, at least 500 ms: 600 ms for jetbus's processes (250 ms
+//     plus up to 100 ms of jitter), 2.35 s for a nats.go connection with its defaults;
+//     ConfirmWindow (1.25 s) for a member that advertises none. A member whose heartbeats
+//     were on time when its connection dropped is first probed no sooner than Suspect minus
+//     a heartbeat (62 ms) after the drop, so a reconnect of up to its window plus 62 ms is
+//     not taken for a death (the window alone if its heartbeats were late already).
 //
 // A member found gone is removed: its key is purged with a compare-and-set on the revision of
 // its last heartbeat (a heartbeat landing meanwhile makes the purge fail), every watcher sees
@@ -107,10 +111,11 @@
 // The lease. In a fenced group (Config.Fenced), the next owner of a partition whose holder
 // has left the member list probes the holder's subject (in the lease) and, on "no responders",
 // purges the lease with a compare-and-set on its revision and takes it (Previous
-// LeaseExpired): a crashed member's partitions resume about 2 s after its last heartbeat
-// (Suspect + ConfirmWindow, the probes' ticks, a few KV round trips) instead of after the
-// lease TTL. Should the verdict be wrong (a reconnect longer than the window), the holder
-// finds its lease's revision moved at its next renewal and stops at once; until then both
+// LeaseExpired): a crashed member's partitions resume about 1 s after its last heartbeat
+// when it is one of jetbus's processes (Suspect + its 600 ms confirm window, the probes'
+// ticks, a few KV round trips; about 1.6 s with ConfirmWindow) instead of after the lease
+// TTL. Should the verdict be wrong (a reconnect longer than the window), the holder finds
+// its lease's revision moved at its next renewal and stops at once; until then both
 // may handle the partition, which a fenced handler tolerates (the version guard, the
 // checkpoint fence), as it tolerates the overlap of any take-over.
 //
@@ -137,18 +142,21 @@
 //
 // Every timeout derives from Config.TTL, the member TTL (default 5s; see Timeouts):
 //
-//	heartbeat interval = min(TTL/3, 500ms)  a member silent for TTL expires
+//	heartbeat interval = min(TTL/3, 250ms)  a member silent for TTL expires
 //	lease TTL          = TTL                (the same bucket's MaxAge)
 //	renew interval     = TTL/3
 //	guard              = 4·TTL/5            an owner whose last successful renewal was sent
 //	                                        this long ago stops the partition, before the
 //	                                        server can expire the lease
 //	suspect            = 5/4 heartbeat      a member silent this long is probed (Liveness)
-//	confirm            = ConfirmWindow      two "no responders" this far apart: it is gone
+//	confirm            = reconnect + 250ms  two "no responders" this far apart: it is gone
+//	                                        (the member's advertised reconnect, at least
+//	                                        500ms; ConfirmWindow when it advertises none)
 //
 // After a graceful leave or handoff the next owner starts at once (about one KV round trip
-// per step). After a crash of a member that advertises a liveness subject, it is removed about
-// 2 s after its last heartbeat whatever the TTL, and a fenced group's partitions resume then
+// per step). After a crash of a member that advertises a liveness subject, it is removed
+// Suspect plus its confirm window after its last heartbeat (about 1 s for jetbus's
+// processes) whatever the TTL, and a fenced group's partitions resume then
 // (Liveness). Otherwise the member and its leases expire within TTL of their last write; an
 // unfenced group's next owner then waits, if the dead owner had deliveries in flight, until its last
 // delivery is older than the subscription's AckTimeout (plus a tenth and 200ms for the
@@ -167,7 +175,8 @@
 // and a member without a liveness subject. A TTL of 3 s would resume those 2 s sooner, at a
 // cost: the guard becomes 2.4 s, so a KV leader election or a loaded cluster whose round trips
 // approach a second makes owners stop their partitions (and the next owners wait) where 5 s
-// rides it out, and renewals rise by 5/3. The heartbeat is 500 ms instead of TTL/3 (1.67 s):
-// it bounds how soon a crash is suspected, and costs two KV writes a second per member and
-// topic.
+// rides it out, and renewals rise by 5/3. The heartbeat is 250 ms instead of TTL/3 (1.67 s):
+// it bounds how soon a crash is suspected (Suspect, 312 ms after the last one), and costs four
+// KV writes a second per member and topic. With 500 ms, a crashed projector's partitions
+// resumed up to about 0.4 s later in the e2e SIGKILL scenario.
 package partition

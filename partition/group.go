@@ -48,6 +48,9 @@ type Group struct {
 	timeout Timeouts
 
 	live atomic.Pointer[string] // this member's liveness subject, once it answers there
+	// reconnect is how long this member's connection takes at most to come back after the
+	// server dropped it (reconnectBound), advertised with the liveness subject.
+	reconnect atomic.Int64
 }
 
 // OpenGroup creates (or opens) the buckets of cfg's group and returns a handle on them. The

@@ -101,9 +101,10 @@ type liveness struct {
 
 // peer is what liveness knows of another member.
 type peer struct {
-	live    string    // its liveness subject ("" : never probed)
-	rev     uint64    // revision of its last heartbeat
-	seen    time.Time // when that heartbeat was stored or seen here, whichever was earlier
+	live    string        // its liveness subject ("" : never probed)
+	confirm time.Duration // how far apart two "no responders" must be (confirmFor)
+	rev     uint64        // revision of its last heartbeat
+	seen    time.Time     // when that heartbeat was stored or seen here, whichever was earlier
 	probing bool
 	next    time.Time // no probe before then
 
@@ -145,8 +146,49 @@ func startLiveness(ctx context.Context, g *Group, nc *nats.Conn, log *slog.Logge
 	}
 	l.sub = sub
 	l.status = nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	g.reconnect.Store(int64(reconnectBound(nc)))
 	g.live.Store(&subject)
 	return l
+}
+
+// Bounds of the confirm window a member's advertised reconnect gives its probers
+// (confirmFor).
+const (
+	// confirmMargin is added to a member's advertised reconnect: dialing, the handshake,
+	// its subscriptions sent again and carried to the other servers, a loaded machine.
+	confirmMargin = 250 * time.Millisecond
+	// minConfirm is the shortest window, whatever a member advertises.
+	minConfirm = 500 * time.Millisecond
+)
+
+// reconnectBound returns how long nc takes at most to come back after the server dropped
+// it: a client of a cluster tries another server at once, but once it tried them all (one
+// server) it waits its ReconnectWait plus up to its jitter (TLS: the TLS jitter) before
+// the next attempt. Zero when nc's reconnect delay is its application's own
+// (CustomReconnectDelayCB): unknown. A connection that does not reconnect gives the least.
+func reconnectBound(nc *nats.Conn) time.Duration {
+	o := nc.Opts
+	switch {
+	case !o.AllowReconnect:
+		return time.Nanosecond
+	case o.CustomReconnectDelayCB != nil:
+		return 0
+	}
+	jitter := o.ReconnectJitter
+	if o.Secure || o.TLSConfig != nil || nc.TLSRequired() {
+		jitter = o.ReconnectJitterTLS
+	}
+	return o.ReconnectWait + jitter
+}
+
+// confirmFor returns the confirm window of a member that advertises reconnect (zero: it
+// does not; the default, to.Confirm): its reconnect plus confirmMargin, at least minConfirm,
+// and not beyond the member TTL, after which its key expires anyway.
+func confirmFor(to Timeouts, reconnect time.Duration) time.Duration {
+	if reconnect <= 0 {
+		return to.Confirm
+	}
+	return min(max(reconnect+confirmMargin, minConfirm), to.LeaseTTL)
 }
 
 func (l *liveness) enabled() bool { return l.sub != nil }
@@ -226,6 +268,7 @@ func (l *liveness) observe(ev MemberEvent) {
 			seen = ls
 		}
 		p.live, p.rev, p.seen = ev.Info.Live, ev.Revision, seen
+		p.confirm = confirmFor(l.to, ev.Info.Reconnect)
 		p.next, p.goneAt = time.Time{}, time.Time{}
 	default:
 		delete(l.peers, ev.ID)
@@ -288,7 +331,8 @@ func (l *liveness) check(ctx context.Context) {
 }
 
 // probePeer probes member id, silent since its heartbeat at revision rev, and removes its
-// member key when this is the second probe, Confirm after the first, that the server answered
+// member key when this is the second probe, the peer's confirm window after the first
+// (confirmFor: its advertised reconnect, else Confirm), that the server answered
 // "no responders", with this member's connection up all along and no heartbeat of id since.
 func (l *liveness) probePeer(ctx context.Context, id, subject string, rev uint64) {
 	sent := time.Now()
@@ -312,8 +356,8 @@ func (l *liveness) probePeer(ctx context.Context, id, subject string, rev uint64
 		// Paused, or this member's connection is down: nothing known; look again soon.
 		p.goneAt, p.next = time.Time{}, sent.Add(l.to.Suspect/2)
 	case p.goneAt.IsZero() || p.goneEpoch != l.epoch || !l.stableLocked(p.goneAt):
-		p.goneAt, p.goneEpoch, p.next = sent, l.epoch, sent.Add(l.to.Confirm)
-	case sent.Sub(p.goneAt) >= l.to.Confirm:
+		p.goneAt, p.goneEpoch, p.next = sent, l.epoch, sent.Add(p.confirm)
+	case sent.Sub(p.goneAt) >= p.confirm:
 		dead = true
 		p.next = sent.Add(l.to.Suspect)
 	}

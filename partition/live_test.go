@@ -41,14 +41,19 @@ type liveEnv struct {
 	first map[int]time.Time // partition -> b's first delivery of it
 }
 
-// newLiveEnv starts a (connected to the first of childURLs first) and b (on bURL), and waits
-// until each owns half of the partitions.
+// newLiveEnv starts a (connected to the first of childURLs first, reconnecting as the
+// processes do) and b (on bURL), and waits until each owns half of the partitions.
 func newLiveEnv(t *testing.T, adminURL, childURLs, bURL string, replicas int, fenced bool) *liveEnv {
+	return newLiveEnvReconnect(t, adminURL, childURLs, bURL, replicas, fenced, 0)
+}
+
+// newLiveEnvReconnect is newLiveEnv with a's ReconnectWait (0: the processes').
+func newLiveEnvReconnect(t *testing.T, adminURL, childURLs, bURL string, replicas int, fenced bool, reconnectWait time.Duration) *liveEnv {
 	t.Helper()
 	ctx := t.Context()
 	e := &liveEnv{t: t, admin: embeddedtest.Bus(t, adminURL), first: map[int]time.Time{}}
 	require.NoError(t, e.admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: liveTopic, Partitions: liveParts, Replicas: replicas}))
-	e.a = startMemberProcess(t, childSpec{URLs: childURLs, Member: "a", Topic: liveTopic, Group: liveGroup, Fenced: fenced, Replicas: replicas})
+	e.a = startMemberProcess(t, childSpec{URLs: childURLs, Member: "a", Topic: liveTopic, Group: liveGroup, Fenced: fenced, Replicas: replicas, ReconnectWait: reconnectWait})
 	e.waitBalanced(1)
 	bus := embeddedtest.Bus(t, bURL)
 	sub, err := partition.Subscribe(ctx, bus, bus.JetStream(), partition.Config{
@@ -286,9 +291,35 @@ func TestPausedMemberKeepsItsPartitions(t *testing.T) {
 
 // TestReconnectingMemberKeepsItsPartitions: a member whose connection is cut, and which
 // reconnects, keeps its partitions: the server kicks it three times, each just before its
-// heartbeat was due, and it reconnects after 1 s as the processes do (ReconnectWait); or the
-// node it is connected to restarts and it moves to another node of the cluster.
+// heartbeat was due, and it reconnects after 250–350 ms as the processes do (ReconnectWait
+// and jitter), or after 2–2.1 s as a nats.go connection with the defaults does (longer than
+// the 1.25 s ConfirmWindow: its probers wait what it advertises); or the node it is
+// connected to restarts and it moves to another node of the cluster.
 func TestReconnectingMemberKeepsItsPartitions(t *testing.T) {
+	t.Run("kicked, nats.go's reconnect wait", func(t *testing.T) {
+		s := embeddedtest.NATS(t)
+		e := newLiveEnvReconnect(t, s.ClientURL(), s.ClientURL(), s.ClientURL(), 1, true, 2*time.Second)
+		var info partition.MemberInfo
+		for _, m := range e.status().Members {
+			if m.ID == "a" {
+				info = m
+			}
+		}
+		assert.Equal(t, 2*time.Second+100*time.Millisecond, info.Reconnect, "a advertises its reconnect wait plus jitter")
+		before := e.leasesOf("a")
+		k := e.watchKept(before)
+		for range 2 {
+			k.beforeHeartbeat(t)
+			kick(t, s, "a")
+			require.True(t, embeddedtest.Poll(10*time.Second, 10*time.Millisecond, func() bool { return connected(t, s, "a") }), "a reconnects")
+			time.Sleep(2 * time.Second)
+		}
+		e.assertKept(k, before)
+		answered, noAnswer, gone, removed := partition.ProbeCounts(e.b)
+		t.Logf("b's probes of a: %d answered, %d unanswered, %d no responders; %d removals", answered, noAnswer, gone, removed)
+		assert.Positive(t, gone, "b found a gone while it reconnected")
+		assert.Zero(t, removed)
+	})
 	t.Run("kicked", func(t *testing.T) {
 		s := embeddedtest.NATS(t)
 		e := newLiveEnv(t, s.ClientURL(), s.ClientURL(), s.ClientURL(), 1, true)

@@ -28,6 +28,11 @@ type MemberInfo struct {
 	// older version, or NATS permissions without the subject): it is never probed, and a
 	// crash of it is seen when its key expires.
 	Live string `json:"live,omitempty"`
+	// Reconnect is, for a member with Live, how long its connection takes at most to come
+	// back after the server dropped it (its client's reconnect wait and jitter; zero when it
+	// cannot tell, e.g. a custom reconnect delay). Probers wait that long, plus a margin,
+	// between the two "no responders" that take it for dead (see Timeouts.Confirm).
+	Reconnect time.Duration `json:"reconnect,omitempty"`
 	// LastSeen is when the member's key was last written (its last heartbeat), from KV.
 	LastSeen time.Time `json:"-"`
 }
@@ -55,6 +60,9 @@ func (g *Group) Join(ctx context.Context) (*Membership, error) {
 		Version: g.cfg.Version,
 		Joined:  time.Now().UTC(),
 		Live:    g.liveSubject(),
+	}
+	if info.Live != "" {
+		info.Reconnect = time.Duration(g.reconnect.Load())
 	}
 	b, err := json.Marshal(info)
 	if err != nil {

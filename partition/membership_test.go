@@ -160,10 +160,10 @@ func TestConfigValidate(t *testing.T) {
 func TestTimeouts(t *testing.T) {
 	to := partition.Config{TTL: 3 * time.Second}.Timeouts()
 	assert.Equal(t, partition.Timeouts{
-		Heartbeat: 500 * time.Millisecond, LeaseTTL: 3 * time.Second, Renew: time.Second, Guard: 2400 * time.Millisecond,
-		Suspect: 625 * time.Millisecond, Confirm: partition.ConfirmWindow, Probe: 500 * time.Millisecond,
+		Heartbeat: 250 * time.Millisecond, LeaseTTL: 3 * time.Second, Renew: time.Second, Guard: 2400 * time.Millisecond,
+		Suspect: 312500 * time.Microsecond, Confirm: partition.ConfirmWindow, Probe: 500 * time.Millisecond,
 	}, to)
-	assert.Equal(t, time.Second/3, partition.Config{TTL: time.Second}.Timeouts().Heartbeat, "TTL/3 below 1.5s")
+	assert.Equal(t, 600*time.Millisecond/3, partition.Config{TTL: 600 * time.Millisecond}.Timeouts().Heartbeat, "TTL/3 below 750ms")
 	def := partition.Config{}.Timeouts()
 	assert.Equal(t, partition.DefaultTTL, def.LeaseTTL)
 	// A crashed member is suspected, then confirmed gone, well before its lease would expire.

@@ -50,9 +50,10 @@ func runChild(specJSON string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// Connected to the first URL first (the test chooses the node), reconnecting as the
-	// processes do (internal/process: forever, ReconnectWait 1s) unless told otherwise.
+	// processes do (internal/process: forever, ReconnectWait 250ms, jitter up to 100ms)
+	// unless told otherwise.
 	nc, err := nats.Connect(spec.URLs, nats.Name(spec.Member), nats.DontRandomize(), nats.MaxReconnects(-1),
-		nats.ReconnectWait(spec.ReconnectWait))
+		nats.ReconnectWait(spec.ReconnectWait), nats.ReconnectJitter(100*time.Millisecond, 250*time.Millisecond))
 	if err != nil {
 		log.Error("nats", "err", err)
 		return 1
@@ -80,7 +81,7 @@ func runChild(specJSON string) int {
 func startMemberProcess(t *testing.T, spec childSpec) *embeddedtest.Process {
 	t.Helper()
 	if spec.ReconnectWait == 0 {
-		spec.ReconnectWait = time.Second
+		spec.ReconnectWait = 250 * time.Millisecond
 	}
 	b, err := json.Marshal(spec)
 	require.NoError(t, err)

@@ -75,7 +75,7 @@ var _ jetbus.Subscription = (*Subscriber)(nil)
 // capability), ErrNoPartitions, ErrTTLMismatch, and the
 // Bus's and KV's errors (jetbus.ErrTopicNotFound, …).
 //
-// Timeouts (see Timeouts): a member heartbeats every min(TTL/3, 500ms) and drops out TTL
+// Timeouts (see Timeouts): a member heartbeats every min(TTL/3, 250ms) and drops out TTL
 // after its last heartbeat, or about 2 s after it when the server confirms its connection gone
 // (see the package doc, "Liveness"); an owner renews each lease every TTL/3 and stops the
 // partition itself when no renewal succeeded for 4·TTL/5. A new owner starts at once after a

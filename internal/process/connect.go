@@ -42,6 +42,19 @@ func NATSOptions(c config.NATS, name string) ([]nats.Option, error) {
 	return opts, nil
 }
 
+// A process's reconnect: after it has tried every server of its list it waits ReconnectWait,
+// plus up to the jitter, before trying again. Short, because a partitioned group's members
+// advertise it (partition.MemberInfo.Reconnect) and the others take a member whose
+// connection stays gone longer than that (plus a margin) for crashed: the shorter it is,
+// the sooner a crashed projector's partitions resume (about 1 s after its last heartbeat).
+// A client of a cluster reconnects to another node at once anyway; against one server down,
+// a process tries about three times a second, which costs nothing worth a longer wait.
+const (
+	reconnectWait      = 250 * time.Millisecond
+	reconnectJitter    = 100 * time.Millisecond
+	reconnectJitterTLS = 250 * time.Millisecond
+)
+
 // ConnectNATS connects to c's servers. A command-line tool (keep false) fails at once when no
 // server answers; a process (keep true) returns at once and keeps connecting, and reconnecting,
 // in the background until closed, so it can report "not ready" meanwhile instead of exiting.
@@ -51,7 +64,8 @@ func ConnectNATS(c config.NATS, name string, keep bool) (*nats.Conn, error) {
 		return nil, err
 	}
 	if keep {
-		opts = append(opts, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+		opts = append(opts, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
+			nats.ReconnectWait(reconnectWait), nats.ReconnectJitter(reconnectJitter, reconnectJitterTLS))
 	}
 	url := strings.Join(c.URLs, ",")
 	nc, err := nats.Connect(url, opts...)
