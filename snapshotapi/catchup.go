@@ -2,6 +2,7 @@ package snapshotapi
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 )
 
@@ -26,9 +27,13 @@ import (
 type catchUps struct {
 	slots   chan struct{}
 	waiters atomic.Int64
+	mu      sync.Mutex
+	arrived chan struct{} // closed when a watch begins to wait
 }
 
-func newCatchUps(n int) *catchUps { return &catchUps{slots: make(chan struct{}, n)} }
+func newCatchUps(n int) *catchUps {
+	return &catchUps{slots: make(chan struct{}, n), arrived: make(chan struct{})}
+}
 
 // tryAcquire takes a place if one is free and nobody waits for one.
 func (c *catchUps) tryAcquire() bool {
@@ -50,6 +55,10 @@ func (c *catchUps) acquire(ctx context.Context, m *metrics) bool {
 	}
 	c.waiters.Add(1)
 	m.catchUpWaiting(1)
+	c.mu.Lock()
+	close(c.arrived)
+	c.arrived = make(chan struct{})
+	c.mu.Unlock()
 	defer func() {
 		c.waiters.Add(-1)
 		m.catchUpWaiting(-1)
@@ -64,6 +73,14 @@ func (c *catchUps) acquire(ctx context.Context, m *metrics) bool {
 
 // release gives a place back.
 func (c *catchUps) release() { <-c.slots }
+
+// arrivals returns a channel closed when a watch begins to wait for a place: read it
+// before waiting, so that an arrival after that call is not missed.
+func (c *catchUps) arrivals() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.arrived
+}
 
 // waiting is the count of watches waiting for a place.
 func (c *catchUps) waiting() int64 { return c.waiters.Load() }

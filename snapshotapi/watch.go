@@ -519,11 +519,13 @@ func (w *watcher) catchUp() bool {
 		}
 		if emit {
 			for !w.offer(ch) {
+				arrived := w.s.catchups.arrivals()
 				if w.s.catchups.waiting() > 0 {
-					w.stop(true, nil)
+					w.stop(true, nil) // its client is too slow to hold a place others wait for
 					return false
 				}
 				select {
+				case <-arrived:
 				case <-w.space:
 				case <-w.ctx.Done():
 					return false

@@ -2,6 +2,7 @@ package snapshotapi_test
 
 import (
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -159,4 +160,49 @@ func TestWatchCatchUpsBounded(t *testing.T) {
 	}, "both caught up, one after the other, and moved to the hub's stream")
 	assert.Equal(t, 3, a.streamsOn("orders"))
 	assert.Equal(t, 2.0, metricSum(t, a, "snapshotapi_watch_catchups_total"))
+}
+
+// TestWatchSlowCatchUpGivesWay: a watch catching up whose client reads nothing holds its
+// place among the catch-ups only until another watch waits for one: its buffer full, it is
+// cut off with an overflow event, and the waiting watch catches up.
+func TestWatchSlowCatchUpGivesWay(t *testing.T) {
+	t.Cleanup(snapshotapi.SetHubRing(5))
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
+		c.MaxCatchUps = 1
+		c.WatchBuffer = 2
+		c.RequestTimeout = time.Minute
+	}))
+	a.set("orders", "a", 1, nil)
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "upsert", s.next().event)
+	synced := s.next()
+	require.Equal(t, "synced", synced.event)
+	s.close() // its hub lingers, reading on
+	for k := range 30 { // about 16 KiB each: more than the sockets hold
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{pad})
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 30 }, "the hub read on past what it keeps")
+
+	conn, body := a.rawConn("/v1/views/orders?watch=true&since=" + synced.id)
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(16<<10))
+	slow := startPaused(t, body)
+	waitBlocked(t, a)
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_ends_total"), "nobody waits: the slow catch-up keeps its place")
+
+	next := a.watch("/v1/views/orders?watch=true&since=" + synced.id)
+	eventually(t, func() bool { return metricSum(t, a, "snapshotapi_watch_ends_total") == 1 }, "the slow one is cut off")
+	receiveKeys(t, next, 30)
+
+	slow.resume()
+	last := ""
+	for {
+		e := slow.next()
+		if e.event == "overflow" {
+			assert.Contains(t, e.data, `"code":"overflow"`)
+			break
+		}
+		k := e.payload(t).Key
+		require.Greater(t, k, last, "in order")
+		last = k
+	}
 }
