@@ -177,7 +177,7 @@ func TestWatchSlowCatchUpGivesWay(t *testing.T) {
 	require.Equal(t, "upsert", s.next().event)
 	synced := s.next()
 	require.Equal(t, "synced", synced.event)
-	s.close() // its hub lingers, reading on
+	s.close()           // its hub lingers, reading on
 	for k := range 30 { // about 16 KiB each: more than the sockets hold
 		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{pad})
 	}
