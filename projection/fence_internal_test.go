@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -83,4 +85,62 @@ func TestZombieFenced(t *testing.T) {
 			assert.Equal(t, tc.wantCommit, tp.cp.seq, "the zombie reloaded the checkpoint")
 		})
 	}
+}
+
+// TestCommitTimeoutReleasesTheTransaction: a batch whose context ends before its commit (a
+// handler slower than the write timeout) leaves no transaction open behind it: the documents
+// it wrote are free for another owner at once (not after the 60 s transaction lifetime), and
+// the same session commits the batch on the next attempt.
+func TestCommitTimeoutReleasesTheTransaction(t *testing.T) {
+	db := embeddedtest.Mongo(t)
+	ctx := context.Background()
+	counters := db.Collection("counters")
+	var slow atomic.Bool
+	h := func(ctx context.Context, d *jetbus.Delivery) error {
+		_, err := counters.UpdateOne(ctx, bson.D{{Key: "_id", Value: "all"}},
+			bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}, options.UpdateOne().SetUpsert(true))
+		if err == nil && slow.Load() {
+			<-ctx.Done() // the handler outlives the batch's write timeout
+		}
+		return err
+	}
+	tx := &Transactional{cfg: Config{Name: "g", MaxAttempts: 1}, client: db.Client(), cps: db.Collection(CheckpointsCollection),
+		h: h, set: settings{log: slog.New(slog.DiscardHandler)}}
+	id := CheckpointID("g", "orders", 0)
+	cp, err := readCheckpoint(ctx, tx.cps, id)
+	require.NoError(t, err)
+	sess, err := db.Client().StartSession()
+	require.NoError(t, err)
+	defer sess.EndSession(ctx)
+	require.NoError(t, tx.commit(ctx, sess, cp, deliveries(1, 1), 1))
+
+	slow.Store(true)
+	bctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = tx.commit(bctx, sess, cp, deliveries(2, 2), 2)
+	cancel()
+	require.Error(t, err, "the commit of a batch whose context ended")
+
+	// Another session writes the same documents at once: no write conflict with an
+	// abandoned transaction.
+	other, err := db.Client().StartSession()
+	require.NoError(t, err)
+	defer other.EndSession(ctx)
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	_, err = other.WithTransaction(wctx, func(sctx context.Context) (any, error) {
+		return counters.UpdateOne(sctx, bson.D{{Key: "_id", Value: "all"}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 100}}}})
+	})
+	require.NoError(t, err, "the documents of the timed-out transaction are free")
+
+	// The same session goes on.
+	slow.Store(false)
+	require.NoError(t, tx.commit(ctx, sess, cp, deliveries(2, 2), 2))
+	seq, err := ReadCheckpoint(ctx, db, "g", "orders", 0)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), seq)
+	var doc struct {
+		N int64 `bson:"n"`
+	}
+	require.NoError(t, counters.FindOne(ctx, bson.D{{Key: "_id", Value: "all"}}).Decode(&doc))
+	assert.Equal(t, int64(102), doc.N, "event 1, the other session's 100, event 2: the timed-out attempt applied nothing")
 }

@@ -336,7 +336,13 @@ func (t *Transactional) once(ctx context.Context, sess *mongo.Session, cp *check
 		if hasLabel(err, "UnknownTransactionCommitResult") && ctx.Err() == nil {
 			continue // committing again is safe: MongoDB commits a transaction once
 		}
-		return err
+		// A commit that timed out (ctx ended; possibly never sent) leaves the transaction
+		// open on the server, holding its documents — the checkpoint, the handler's
+		// counters — until the transaction lifetime (60 s by default), and this session in
+		// a transaction the driver will not start another over. Abort it. (After a commit
+		// the driver counts as done, the abort is refused without a round trip; a commit
+		// that did go through makes the next attempt find the checkpoint moved: ErrFenced.)
+		return abort(err)
 	}
 }
 
