@@ -1,6 +1,7 @@
 package snapshotapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -51,6 +52,9 @@ type change struct {
 	// update after one that was skipped): then every field may have changed.
 	paths []string
 	recv  uint64 // the hub's count of changes read when it read this one
+	// at is when the hub read it (since hubEpoch), size what it counts for in the ring.
+	at   time.Duration
+	size int64
 
 	mu       sync.Mutex
 	rendered []renderedMessage
@@ -279,7 +283,9 @@ func (s *changeSource) decode(ev bsoncore.Document) (*change, bool, error) {
 		return ch, true, nil
 	}
 	ch.kind = changeUpsert
-	ch.doc = full
+	// A copy: full is a slice of the getMore's whole reply, which a change kept in a ring
+	// would hold (up to 1,000 events, 16 MiB) and its count of bytes would not show.
+	ch.doc = bytes.Clone(full)
 	return ch, true, nil
 }
 

@@ -60,6 +60,14 @@ const (
 	MaxPositions = 64
 )
 
+// Defaults of the changes kept for watches and of their catch-ups (Config.WatchWindow,
+// Config.WatchWindowBytes, Config.MaxCatchUps).
+const (
+	DefaultWatchWindow      = 30 * time.Second
+	DefaultWatchWindowBytes = 64 << 20
+	DefaultMaxCatchUps      = 16
+)
+
 // Reserved query parameters: no filter field may be named like one.
 var reservedParams = []string{"order", "limit", "cursor", "after", "wait", "meta", "at", "watch", "since", "ticket"}
 
@@ -181,6 +189,21 @@ type Config struct {
 	// the one waiting; past the bound the client is disconnected with an overflow event,
 	// and resumes with Last-Event-ID.
 	WatchBuffer int
+	// WatchWindow is how long the changes of a watched collection are kept in the process
+	// for its watches (default DefaultWatchWindow): a watch whose reading of them is held up
+	// (the process short of CPU under a burst) goes on from where it was if it gets to them
+	// within the window. At least the last 4,096 are kept, whatever their age, within
+	// WatchWindowBytes.
+	WatchWindow time.Duration
+	// WatchWindowBytes bounds the memory of the changes kept of each watched collection
+	// (default DefaultWatchWindowBytes): each counts twice its document's BSON size (stored
+	// and rendered) and 320 bytes; past the bound the oldest go first, whatever WatchWindow
+	// says.
+	WatchWindowBytes int64
+	// MaxCatchUps bounds the watches reading a change stream of their own at once, to catch
+	// up from a position older than the changes kept (default DefaultMaxCatchUps); the
+	// others wait their turn, streaming keep-alive comments.
+	MaxCatchUps int
 	// KeepAlive is how often an idle watch sends a comment (default DefaultKeepAlive).
 	KeepAlive time.Duration
 	// TicketTTL is how long a ticket (POST /v1/tickets) is accepted by a watch (default
@@ -265,8 +288,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: DefaultWait %s exceeds MaxWait %s", ErrInvalidConfig, c.DefaultWait, c.MaxWait)
 	}
 	if c.MaxQueryBytes < 0 || c.MaxHeaderBytes < 0 || c.MaxBodyBytes < 0 || c.MaxWaits < 0 || c.MaxPageBytes < 0 ||
-		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.KeepAlive < 0 || c.TicketTTL < 0 || c.SwitchTimeout < 0 {
-		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer, KeepAlive, TicketTTL and SwitchTimeout may not be negative", ErrInvalidConfig)
+		c.MaxWatchers < 0 || c.WatchBuffer < 0 || c.WatchWindow < 0 || c.WatchWindowBytes < 0 || c.MaxCatchUps < 0 ||
+		c.KeepAlive < 0 || c.TicketTTL < 0 || c.SwitchTimeout < 0 {
+		return fmt.Errorf("%w: MaxQueryBytes, MaxHeaderBytes, MaxBodyBytes, MaxWaits, MaxPageBytes, MaxWatchers, WatchBuffer, WatchWindow, WatchWindowBytes, MaxCatchUps, KeepAlive, TicketTTL and SwitchTimeout may not be negative", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -407,6 +431,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.WatchBuffer == 0 {
 		c.WatchBuffer = DefaultWatchBuffer
+	}
+	if c.WatchWindow == 0 {
+		c.WatchWindow = DefaultWatchWindow
+	}
+	if c.WatchWindowBytes == 0 {
+		c.WatchWindowBytes = DefaultWatchWindowBytes
+	}
+	if c.MaxCatchUps == 0 {
+		c.MaxCatchUps = DefaultMaxCatchUps
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = DefaultKeepAlive

@@ -81,11 +81,18 @@
 //     version its change wrote and no other (changes.go), so resuming at its id misses
 //     nothing and repeats nothing; a position the oplog no longer holds is a 410
 //     position_expired. One stream per collection per process (a hub, hub.go) serves every
-//     watch; each watch has a buffer of Config.WatchBuffer keys that coalesces a slow
-//     client's changes (a key's latest replaces its waiting one) and is disconnected with
-//     an overflow event once it falls behind what the hub keeps. Filters are applied to
-//     changed documents in memory, as MongoDB applies them (match.go). Config.MaxWatchers
-//     bound the watches; each write has Config.RequestTimeout to complete. After a
+//     watch, keeping its changes of the last Config.WatchWindow (and at least its last
+//     4,096) within Config.WatchWindowBytes; each watch has a buffer of Config.WatchBuffer
+//     keys that coalesces a slow client's changes (a key's latest replaces its waiting
+//     one) and is disconnected with an overflow event once, its buffer full, it falls
+//     behind what the hub keeps. A watch that fell behind with room in its buffer (its
+//     drainer held up, not its client) is not cut off: like a watch resumed from an older
+//     position it reads a change stream of its own until it meets the hub's. At most
+//     Config.MaxCatchUps watches do so at once; the others are answered 200 and wait their
+//     turn in order, streaming keep-alive comments (catchup.go says why not a 503). Filters
+//     are applied to changed documents in memory, as MongoDB applies them (match.go).
+//     Config.MaxWatchers bound the watches; each write has Config.RequestTimeout to
+//     complete. After a
 //     rebuild's switch a watch moves to the new generation by comparing both at one
 //     cluster time (switch.go), without a gap and without going back on a key.
 //   - The live collection of a view comes from jetbus_projections (after a rebuild), cached

@@ -1,10 +1,35 @@
 package snapshotapi
 
-// SetHubRing sets how many changes a hub keeps, for a test; it returns the undo.
+import "time"
+
+// SetHubRing sets how many changes a hub keeps, whatever their age (within
+// Config.WatchWindowBytes), for a test; it returns the undo.
 func SetHubRing(n int) func() {
-	old := hubRing
-	hubRing = n
-	return func() { hubRing = old }
+	old, oldWindow := hubRing, hubWindow
+	hubRing, hubWindow = n, 0
+	return func() { hubRing, hubWindow = old, oldWindow }
+}
+
+// SetHubWindow sets how long a hub keeps changes beyond the hubRing last (instead of
+// Config.WatchWindow), for a test; it returns the undo.
+func SetHubWindow(d time.Duration) func() {
+	old := hubWindow
+	hubWindow = d
+	return func() { hubWindow = old }
+}
+
+// HubKept is what the ring of the hub of db.coll holds: its changes, and what they count
+// for against Config.WatchWindowBytes.
+func (s *Server) HubKept(db, coll string) (n int, bytes int64) {
+	s.hubsMu.Lock()
+	h := s.hubs[hubKey{db, coll}]
+	s.hubsMu.Unlock()
+	if h == nil {
+		return 0, 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.ring), h.bytes
 }
 
 // HubReceived is the count of changes the hub of db.coll has read (0: none runs).
@@ -16,4 +41,15 @@ func (s *Server) HubReceived(db, coll string) uint64 {
 		return 0
 	}
 	return h.received()
+}
+
+// PauseDrainers holds every watch's drainer before its next read of the changes, as a
+// process short of CPU does, until resume is called.
+func (s *Server) PauseDrainers() (resume func()) {
+	g := make(chan struct{})
+	s.drainPause.Store(&g)
+	return func() {
+		s.drainPause.Store(nil)
+		close(g)
+	}
 }

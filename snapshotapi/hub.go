@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -13,12 +14,16 @@ import (
 )
 
 // A hub is the one change stream of a collection in this process, shared by all its
-// watchers: the server's cost per collection, not per client. It keeps the last hubRing
-// changes that carry a message in a ring; a watcher reads the ring from its own cursor (a
-// drainer goroutine per watcher copies what it reads into the watcher's bounded buffer),
-// so the hub never waits for a client. A watcher whose start is before what the ring
-// holds reads a change stream of its own from its start (catching up) and moves to the ring
-// once the two meet.
+// watchers: the server's cost per collection, not per client. It keeps the changes that
+// carry a message in a ring: those of the last Config.WatchWindow, and at least the last
+// hubRing whatever their age, within Config.WatchWindowBytes (past it the oldest go first).
+// A watcher reads the ring from its own cursor (a drainer goroutine per watcher copies what
+// it reads into the watcher's bounded buffer), so the hub never waits for a client. The
+// window is what a drainer may be held up (the process short of CPU under a burst: a
+// drainer of thousands on two cores waited seconds for its turn) without losing its place.
+// A watcher whose start is before what the ring holds reads a change stream of its own
+// from its start (catching up, at most Config.MaxCatchUps at once: catchups) and moves to
+// the ring once the two meet.
 //
 // A hub starts when its collection gets its first watcher, at that watcher's start (or
 // the position its snapshot begins from), and stops hubLinger after its last watcher left,
@@ -26,9 +31,20 @@ import (
 // a transient failure (MongoDB unavailable); a stream that cannot go on (its position
 // fell out of the oplog, the collection was dropped) fails the hub and ends its watchers.
 
-// hubRing bounds the changes a hub keeps for watchers to read (a variable for tests: a
-// Server takes it when made).
+// hubRing is the fewest changes a hub keeps, whatever their age, within the byte bound (a
+// variable for tests: a Server takes it when made).
 var hubRing = 4096
+
+// hubWindow, when not negative, replaces Config.WatchWindow (for tests: SetHubRing makes
+// the ring keep exactly hubRing changes).
+var hubWindow time.Duration = -1
+
+// changeOverhead is what a change in the ring is counted for besides twice its document:
+// the change, its position and key, and the id and framing of its rendering.
+const changeOverhead = 320
+
+// hubEpoch is the origin of the changes' reception times (monotonic).
+var hubEpoch = time.Now()
 
 // hubLinger is how long a hub without watchers keeps running.
 const hubLinger = 30 * time.Second
@@ -51,6 +67,8 @@ type hub struct {
 
 	mu       sync.Mutex
 	ring     []*change // changes with a message, in order
+	bytes    int64     // what the changes of the ring are counted for
+	trimmed  int       // changes dropped from the front of ring's array since it was copied
 	base     uint64    // the index of ring[0] among all changes ever in the ring
 	floor    streamPos // every change with a message after floor is in the ring
 	head     streamPos // the last change read
@@ -198,15 +216,13 @@ func (h *hub) run(src *changeSource) {
 			ch.recv = h.recv
 			h.head = ch.pos
 			if emit {
+				ch.at = time.Since(hubEpoch)
+				ch.size = 2*int64(len(ch.doc)) + 2*int64(len(ch.key)) + changeOverhead
 				h.ring = append(h.ring, ch)
-				if len(h.ring) > h.s.hubRing {
-					d := h.ring[0]
-					h.ring = h.ring[1:]
-					h.base++
-					h.floor, h.dropRecv, h.dropped = d.pos, d.recv, true
-				}
+				h.bytes += ch.size
 			}
 		}
+		h.trim(time.Since(hubEpoch))
 		if ch == nil || src.batchDone() {
 			h.polls++
 		}
@@ -217,6 +233,29 @@ func (h *hub) run(src *changeSource) {
 			h.wake = make(chan struct{})
 		}
 		h.mu.Unlock()
+	}
+}
+
+// trim drops the changes the ring no longer keeps: the oldest past the byte bound (but the
+// last one), and those older than the window beyond the hubRing last; h.mu held.
+func (h *hub) trim(now time.Duration) {
+	s := h.s
+	for len(h.ring) > 1 {
+		d := h.ring[0]
+		if h.bytes <= s.ringBytes && (len(h.ring) <= s.hubRing || now-d.at < s.ringWindow) {
+			break
+		}
+		h.ring = h.ring[1:]
+		h.bytes -= d.size
+		h.trimmed++
+		h.base++
+		h.floor, h.dropRecv, h.dropped = d.pos, d.recv, true
+	}
+	if h.trimmed >= 256 && h.trimmed >= len(h.ring)/4 {
+		// The array still holds the changes dropped from its front: copy what is kept, so
+		// that they go to the collector (readers keep the old array while they read it).
+		h.ring = slices.Clone(h.ring)
+		h.trimmed = 0
 	}
 }
 
@@ -349,5 +388,20 @@ func (h *hub) passed(ctx context.Context) (streamPos, error) {
 		case <-ctx.Done():
 			return head, ctx.Err()
 		}
+	}
+}
+
+// drainGate, for tests (PauseDrainers), holds drainers before each read while it is
+// closed; false when ctx ended meanwhile.
+func (s *Server) drainGate(ctx context.Context) bool {
+	g := s.drainPause.Load()
+	if g == nil {
+		return true
+	}
+	select {
+	case <-*g:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

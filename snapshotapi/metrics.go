@@ -21,6 +21,8 @@ import (
 //	snapshotapi_watch_streams                          MongoDB change streams open for watches: one per watched collection, and one per watch catching up
 //	snapshotapi_watch_events_total{view,event}         events sent to watches: upsert, delete, synced
 //	snapshotapi_watch_ends_total{view,reason}          watches the server ended: overflow, stalled (a write past its deadline), expired, unavailable, shutdown
+//	snapshotapi_watch_catchups_total{view,reason}      watches that read a change stream of their own: resumed (from a position older than the changes kept), behind (their drainer, not their client, fell behind the changes kept)
+//	snapshotapi_watch_catchups_waiting                 watches waiting for a place among the catch-ups (Config.MaxCatchUps)
 //
 // The 304 ratio is snapshotapi_conditional_requests_total{result="not_modified"} over the
 // sum of that metric, or over snapshotapi_requests_total for the share of all requests.
@@ -33,6 +35,8 @@ type metrics struct {
 	streams     prometheus.Gauge
 	watchEvents *prometheus.CounterVec
 	watchEnds   *prometheus.CounterVec
+	catchUps    *prometheus.CounterVec
+	catchWait   prometheus.Gauge
 	// The series already resolved, so that the hot paths skip the vectors' label hashing
 	// (and boxing keys into interfaces).
 	mu                sync.RWMutex
@@ -68,6 +72,10 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "Events sent to watches, by view and event (upsert, delete, synced)."}, []string{"view", "event"}),
 		watchEnds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_watch_ends_total",
 			Help: "Watches the server ended, by view and reason: overflow, stalled, expired, unavailable, shutdown."}, []string{"view", "reason"}),
+		catchUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "snapshotapi_watch_catchups_total",
+			Help: "Watches that read a change stream of their own, by view and reason: resumed (from a position older than the changes kept), behind (their drainer fell behind the changes kept, not their client)."}, []string{"view", "reason"}),
+		catchWait: prometheus.NewGauge(prometheus.GaugeOpts{Name: "snapshotapi_watch_catchups_waiting",
+			Help: "Watches waiting for a place among those reading a change stream of their own (http.max_catchups)."}),
 	}
 	// Several Servers in one process share the families.
 	if err := errors.Join(
@@ -75,6 +83,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		promreg.Register(r, &m.conditional), promreg.Register(r, &m.cache),
 		promreg.Register(r, &m.watchers), promreg.Register(r, &m.streams),
 		promreg.Register(r, &m.watchEvents), promreg.Register(r, &m.watchEnds),
+		promreg.Register(r, &m.catchUps), promreg.Register(r, &m.catchWait),
 	); err != nil {
 		return nil, err
 	}
@@ -186,6 +195,19 @@ func (w *watchSeries) sent(upserts, deletes, synced int) {
 func (w *watchSeries) ended(reason string) {
 	if w != nil {
 		w.m.watchEnds.WithLabelValues(w.view, reason).Inc()
+	}
+}
+
+// caughtUp counts a watch that reads a change stream of its own, for reason.
+func (w *watchSeries) caughtUp(reason string) {
+	if w != nil {
+		w.m.catchUps.WithLabelValues(w.view, reason).Inc()
+	}
+}
+
+func (m *metrics) catchUpWaiting(n int) {
+	if m != nil {
+		m.catchWait.Add(float64(n))
 	}
 }
 

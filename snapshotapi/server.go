@@ -113,7 +113,12 @@ type Server struct {
 	hubsCtx     context.Context
 	hubsCancel  context.CancelFunc
 	hubRing     int
+	ringWindow  time.Duration // what a hub's ring keeps: Config.WatchWindow, or hubWindow
+	ringBytes   int64         // and Config.WatchWindowBytes
+	catchups    *catchUps
 	watchers    atomic.Int64
+	// drainPause, set by a test (PauseDrainers), holds every drainer until it is closed.
+	drainPause atomic.Pointer[chan struct{}]
 }
 
 // New returns the API over cfg's views. It does no I/O.
@@ -152,7 +157,11 @@ func New(deps Deps, cfg Config, opts ...Option) (*Server, error) {
 		metrics: m, log: o.log, tracer: spans.Tracer(o.tp, scope), now: time.Now}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.hubs = map[hubKey]*hub{}
-	s.hubRing = hubRing
+	s.hubRing, s.ringWindow, s.ringBytes = hubRing, cfg.WatchWindow, cfg.WatchWindowBytes
+	if hubWindow >= 0 {
+		s.ringWindow = hubWindow
+	}
+	s.catchups = newCatchUps(cfg.MaxCatchUps)
 	s.hubsCtx, s.hubsCancel = context.WithCancel(context.Background())
 	if s.cache != nil {
 		s.cache.onCheckpoint = func(db, id string) { s.known.wrote(db + "\x00" + id) }

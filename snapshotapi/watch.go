@@ -40,9 +40,12 @@ import (
 // back, so messages go out in the order of their positions and the versions of a key only
 // increase — a slow client gets the latest version of a key, never an older one after a
 // newer one. When the buffer is full, the client's reading of the hub's ring waits where
-// it is; once the ring drops a change the client has not read (it is hubRing changes
-// behind) the client gets "event: overflow" and is disconnected: it resumes with
-// Last-Event-ID, and nothing waits for it.
+// it is; once the ring drops a change the client has not read (it is Config.WatchWindow
+// behind, or past Config.WatchWindowBytes) the client gets "event: overflow" and is
+// disconnected: it resumes with Last-Event-ID, and nothing waits for it. When the ring drops
+// a change the watch's drainer had not read although the buffer had room (the drainer was
+// held up: the process short of CPU), the watch goes on through a change stream of its own
+// from where it was, as a resumed watch does (catchUp, within Config.MaxCatchUps).
 
 // watchBatch bounds the messages of one write.
 const (
@@ -189,6 +192,11 @@ type watcher struct {
 	h      *hub
 	src    *changeSource // catching up, before the ring
 	cursor uint64
+	// queued: w is to catch up on a change stream of its own from catchFrom once it has a
+	// place among the catch-ups (slot: it holds one); rejoin: because its drainer fell behind
+	// the ring, not its client.
+	queued, slot, rejoin bool
+	catchFrom            streamPos
 
 	mu        sync.Mutex
 	pending   map[string]*list.Element
@@ -220,19 +228,70 @@ func (s *Server) newWatcher(ctx context.Context, v *view, wp watchParams, from s
 }
 
 // attach makes w read h from its position: from the ring when it holds every change after
-// it, otherwise from a change stream of its own until it meets the ring.
+// it, otherwise from a change stream of its own until it meets the ring. That stream is
+// opened now when a place among the catch-ups is free (so that a position no longer
+// resumable is a status), else by the drainer once one is (catchups).
 func (w *watcher) attach(ctx context.Context, h *hub) error {
 	w.h = h
 	if c, ok := h.seek(w.from); ok {
 		w.cursor = c
 		return nil
 	}
+	w.catchFrom = w.from
+	if !w.s.catchups.tryAcquire() {
+		w.queued = true
+		return nil
+	}
+	w.slot = true
 	src, err := w.s.openSource(ctx, w.from)
 	if err != nil {
+		w.releaseSlot()
 		return err
 	}
 	w.src = src
+	w.ws.caughtUp("resumed")
 	return nil
+}
+
+// releaseSlot gives back w's place among the catch-ups, if it holds one.
+func (w *watcher) releaseSlot() {
+	if w.slot {
+		w.slot = false
+		w.s.catchups.release()
+	}
+}
+
+// openCatchUp waits for a place among the catch-ups (the client gets keep-alive comments
+// meanwhile), then opens w's change stream from catchFrom; false when the watch ended.
+func (w *watcher) openCatchUp() bool {
+	if !w.s.catchups.acquire(w.ctx, w.s.metrics) {
+		return false
+	}
+	w.slot, w.queued = true, false
+	reason := "resumed"
+	if w.rejoin {
+		reason = "behind"
+		// Changes up to now may follow updates skipped before catchFrom, which this
+		// stream will not see: their changed fields are unknown to it (as for a resume).
+		ts, err := w.s.clusterTime(w.ctx)
+		if err != nil {
+			if w.ctx.Err() == nil {
+				w.stop(false, err)
+			}
+			return false
+		}
+		w.joinTS, w.rejoin = ts, false
+	}
+	src, err := w.s.openSource(w.ctx, w.catchFrom)
+	if err != nil {
+		if w.ctx.Err() == nil {
+			w.stop(false, err)
+		}
+		return false
+	}
+	w.src = src
+	w.ws.caughtUp(reason)
+	return true
 }
 
 // kindOf says what a change read from the stream is to w: an upsert, a delete, or nothing
@@ -339,12 +398,17 @@ func (w *watcher) drain() {
 		if w.src != nil {
 			w.src.close(w.ctx)
 		}
+		w.releaseSlot()
 	}()
 	for {
+		if w.queued && !w.openCatchUp() {
+			return
+		}
 		if w.src != nil {
 			ok := w.catchUp()
 			w.src.close(w.ctx)
 			w.src = nil
+			w.releaseSlot()
 			if !ok {
 				return
 			}
@@ -355,19 +419,31 @@ func (w *watcher) drain() {
 	}
 }
 
-// drainRing reads the hub's ring until the watch ends (false) or moved to another
-// generation (true).
+// drainRing reads the hub's ring until the watch ends (false), moved to another
+// generation (true), or fell behind the ring while its buffer had room (true, queued): its
+// drainer was held up, not its client, which goes on from the same place through a change
+// stream of its own (catchUp) instead of being cut off.
 func (w *watcher) drainRing() bool {
 	checked := time.Now()
+	full := false // the last read stopped at a full buffer
 	for {
+		if !w.s.drainGate(w.ctx) {
+			return false
+		}
 		chs, next, head, wake, lost, err := w.h.read(w.cursor)
 		switch {
 		case err != nil:
 			w.stop(false, err)
 			return false
-		case lost:
-			w.stop(true, nil)
+		case lost && full:
+			w.stop(true, nil) // its client reads too slowly
 			return false
+		case lost:
+			w.mu.Lock()
+			w.catchFrom = w.processed // every change up to it was offered, none after
+			w.mu.Unlock()
+			w.queued, w.rejoin = true, true
+			return true
 		}
 		i := 0
 		for i < len(chs) && w.offer(chs[i]) {
@@ -381,6 +457,7 @@ func (w *watcher) drainRing() bool {
 			w.cursor += uint64(i)
 			space = w.space
 		}
+		full = space != nil
 		if time.Since(checked) >= time.Second {
 			checked = time.Now()
 			if live, ok := w.v.peek(w.s.hubsCtx, w.s.now, w.s.cfg.RequestTimeout); ok && live.collection != w.coll {
@@ -403,9 +480,14 @@ func (w *watcher) drainRing() bool {
 }
 
 // catchUp reads w's own change stream until it meets the hub's ring; false when the watch
-// ended. A full buffer holds the stream back: it is the client's own.
+// ended. A full buffer holds the stream back (it is the client's own), unless other watches
+// wait for a place among the catch-ups: then the client, too slow to hold one, gets an
+// overflow and resumes later in line.
 func (w *watcher) catchUp() bool {
 	for {
+		if !w.s.drainGate(w.ctx) {
+			return false
+		}
 		r0 := w.h.received()
 		ch, emit, err := w.src.next(w.ctx)
 		if err != nil {
@@ -437,7 +519,13 @@ func (w *watcher) catchUp() bool {
 		}
 		if emit {
 			for !w.offer(ch) {
+				arrived := w.s.catchups.arrivals()
+				if w.s.catchups.waiting() > 0 {
+					w.stop(true, nil) // its client is too slow to hold a place others wait for
+					return false
+				}
 				select {
+				case <-arrived:
 				case <-w.space:
 				case <-w.ctx.Done():
 					return false

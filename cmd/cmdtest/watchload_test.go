@@ -267,6 +267,7 @@ auth: {tokens: [{name: load, token: %s, views: [orders, ops]}]}
 		lt.phase.Store(int32(ph.index))
 		t.Logf("%s, %d watchers: begins", ph.name, ph.watchers)
 		c0, cpu0, self0, back0, st0 := lt.commits.count(), processCPU(pid), selfCPU(), processCPU(backends), lt.streamTotals()
+		cu0 := lt.catchUps()
 		busy0, all0 := machineBusy()
 		rss.reset()
 		begin := time.Now()
@@ -297,6 +298,8 @@ auth: {tokens: [{name: load, token: %s, views: [orders, ops]}]}
 		busy1, all1 := machineBusy()
 		ph.cpu, ph.self, ph.backends, ph.rss = processCPU(pid)-cpu0, selfCPU()-self0, processCPU(backends)-back0, rss.max()
 		ph.streams = lt.streamTotals().minus(st0)
+		cu1 := lt.catchUps()
+		ph.catchUps = [2]int64{cu1[0] - cu0[0], cu1[1] - cu0[1]}
 		ph.busy, ph.cores = busy1-busy0, float64(all1-all0)/float64(ph.took)
 		if ph.watchers > 0 {
 			ph.hist = &latHist{}
@@ -443,6 +446,7 @@ type watchPhase struct {
 	busy                 time.Duration // of the machine: every process's
 	cores                float64
 	streams              streamCounts // what the streams went through
+	catchUps             [2]int64     // the server's catch-ups: resumed, behind
 	rss                  int64
 	hist, probe          *latHist
 	perClient            []int64 // messages each client received
@@ -474,7 +478,8 @@ func (ph *watchPhase) String() string {
 			ph.hist, pc[0], pc[len(pc)/2], pc[len(pc)-1], 100*float64(pc[len(pc)/2])/float64(max(ph.writes, 1)),
 			float64(ph.messages())/ph.took.Seconds())
 		fmt.Fprintf(&b, "\n    probe: %s", ph.probe)
-		fmt.Fprintf(&b, "\n    streams: %s", ph.streams)
+		fmt.Fprintf(&b, "\n    streams: %s; the server caught up %d resumed watches and %d whose drainer fell behind",
+			ph.streams, ph.catchUps[0], ph.catchUps[1])
 	}
 	return b.String()
 }
@@ -656,6 +661,31 @@ func (lt *watchLoad) get(path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// catchUps reads the projector's count of watches that read a change stream of their
+// own (snapshotapi_watch_catchups_total): resumed, behind.
+func (lt *watchLoad) catchUps() [2]int64 {
+	var n [2]int64
+	_, metrics := lt.get("/metrics")
+	for _, line := range strings.Split(metrics, "\n") {
+		rest, ok := strings.CutPrefix(line, "snapshotapi_watch_catchups_total{")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(labels, `reason="resumed"`):
+			n[0] += int64(v)
+		case strings.Contains(labels, `reason="behind"`):
+			n[1] += int64(v)
+		}
+	}
+	return n
 }
 
 // begin starts a set of streams, which stop ends.

@@ -161,7 +161,8 @@ func kvReplicas(cfg *config.Config) int {
 func apiConfig(cfg *config.Config, key []byte) (snapshotapi.Config, error) {
 	ac := snapshotapi.Config{Database: cfg.Mongo.Database, CursorKey: key, Topics: cfg.HTTP.Topics,
 		CORSOrigins: cfg.HTTP.CORSOrigins, RequestTimeout: cfg.HTTP.RequestTimeout, MaxWaits: cfg.HTTP.MaxWaits,
-		MaxWatchers: cfg.HTTP.MaxWatchers, WatchBuffer: cfg.HTTP.WatchBuffer, TicketTTL: cfg.Auth.TicketTTL}
+		MaxWatchers: cfg.HTTP.MaxWatchers, WatchBuffer: cfg.HTTP.WatchBuffer, WatchWindow: cfg.HTTP.WatchWindow,
+		WatchWindowBytes: int64(cfg.HTTP.WatchWindowBytes), MaxCatchUps: cfg.HTTP.MaxCatchUps, TicketTTL: cfg.Auth.TicketTTL}
 	for _, v := range cfg.Views {
 		i := slices.IndexFunc(cfg.Projections, func(p config.Projection) bool { return p.Name == v.Projection })
 		if i < 0 {

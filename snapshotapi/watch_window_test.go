@@ -1,0 +1,208 @@
+package snapshotapi_test
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/jetbus/jetbus/snapshotapi"
+)
+
+// receiveKeys reads n upserts from s, k00 to k<n-1> in order, and returns the id of each.
+func receiveKeys(t *testing.T, s *stream, n int) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for k := range n {
+		e := s.next()
+		require.Equal(t, "upsert", e.event, "%s", e.data)
+		require.Equal(t, fmt.Sprintf("k%02d", k), e.payload(t).Key)
+		ids = append(ids, e.id)
+	}
+	return ids
+}
+
+// TestWatchWindowKeepsAHeldUpDrainer: the hub keeps the changes of Config.WatchWindow, not
+// only its last few, so that a watch whose drainer is held up (the process short of CPU
+// under a burst) goes on from where it was when it runs again: no overflow, no change stream
+// of its own. A client resuming from a position the window still holds reads it too.
+func TestWatchWindowKeepsAHeldUpDrainer(t *testing.T) {
+	t.Cleanup(snapshotapi.SetHubRing(5))
+	t.Cleanup(snapshotapi.SetHubWindow(time.Minute))
+	a := newAPI(t, false)
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "synced", s.next().event)
+
+	resume := a.srv.PauseDrainers()
+	for k := range 40 {
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, nil)
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 40 }, "the hub read every change")
+	kept, _ := a.srv.HubKept(a.db.Name(), "orders")
+	assert.Equal(t, 40, kept, "the window keeps more than the 5 last changes")
+	resume()
+	ids := receiveKeys(t, s, 40)
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_ends_total"), "no overflow")
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_catchups_total"), "no catch-up")
+	assert.Equal(t, 1, a.streamsOn("orders"), "the hub's stream only")
+
+	// A client cut off (or an overflow resumed) from a position the window holds reads it.
+	s.close()
+	r := a.watch("/v1/views/orders?watch=true", "Last-Event-ID", ids[9])
+	for k := 10; k < 40; k++ {
+		require.Equal(t, fmt.Sprintf("k%02d", k), r.next().payload(t).Key)
+	}
+	assert.Equal(t, 1, a.streamsOn("orders"), "resumed from the hub's ring")
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_catchups_total"))
+}
+
+// TestWatchWindowBytes: what the hub keeps is bounded by Config.WatchWindowBytes, whatever
+// the window: past it the oldest changes go first. A watch that falls behind what is kept
+// meanwhile still receives every change.
+func TestWatchWindowBytes(t *testing.T) {
+	const budget = 100 << 10
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.WatchWindowBytes = budget }))
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "synced", s.next().event)
+	resume := a.srv.PauseDrainers()
+	for k := range 20 { // each about 16 KiB: counted twice, 20 of them are 650 KiB
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{pad})
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 20 }, "the hub read every change")
+	n, bytes := a.srv.HubKept(a.db.Name(), "orders")
+	assert.LessOrEqual(t, bytes, int64(budget))
+	assert.Positive(t, n)
+	assert.Less(t, n, 20)
+	resume()
+	receiveKeys(t, s, 20)
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_ends_total"), "no overflow")
+}
+
+// TestWatchDrainerBehindCatchesUp: a watch whose drainer, not its client, fell behind what
+// the hub keeps (its buffer had room) is not cut off: it goes on from where it was through
+// a change stream of its own, then moves back to the hub's, and its client receives every
+// change once, in order.
+func TestWatchDrainerBehindCatchesUp(t *testing.T) {
+	t.Cleanup(snapshotapi.SetHubRing(5))
+	a := newAPI(t, false)
+	a.set("orders", "a", 1, bson.D{{Key: "status", Value: "paid"}})
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "upsert", s.next().event)
+	require.Equal(t, "synced", s.next().event)
+	f := a.watch("/v1/views/orders?watch=true&status=eq.paid")
+	require.Equal(t, "upsert", f.next().event)
+	require.Equal(t, "synced", f.next().event)
+
+	resume := a.srv.PauseDrainers()
+	for k := range 40 {
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{{Key: "status", Value: "paid"}})
+	}
+	a.set("orders", "a", 2, bson.D{{Key: "status", Value: "open"}}) // leaves the filter
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 41 }, "the hub read every change")
+	resume()
+	for _, w := range []*stream{s, f} {
+		receiveKeys(t, w, 40)
+	}
+	e := s.next()
+	assert.Equal(t, "upsert", e.event)
+	assert.EqualValues(t, 2, e.payload(t).version())
+	e = f.next()
+	assert.Equal(t, "delete", e.event, "the filtered watch learns that a left")
+	assert.Equal(t, "a", e.payload(t).Key)
+
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_ends_total"), "no overflow")
+	assert.Equal(t, 2.0, metricSum(t, a, "snapshotapi_watch_catchups_total"))
+	eventually(t, func() bool { return metricSum(t, a, "snapshotapi_watch_streams") == 1 }, "both moved back to the hub's stream")
+	assert.Equal(t, 3, a.streamsOn("orders"), "the hub's, and one for each while catching up")
+	a.set("orders", "z", 1, bson.D{{Key: "status", Value: "paid"}})
+	assert.Equal(t, "z", s.next().payload(t).Key)
+	assert.Equal(t, "z", f.next().payload(t).Key)
+}
+
+// TestWatchCatchUpsBounded: at most Config.MaxCatchUps watches read change streams of their
+// own at once; another one is answered 200 and waits its turn, streaming keep-alive
+// comments, then catches up as well.
+func TestWatchCatchUpsBounded(t *testing.T) {
+	t.Cleanup(snapshotapi.SetHubRing(5))
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
+		c.MaxCatchUps = 1
+		c.KeepAlive = 50 * time.Millisecond
+	}))
+	a.set("orders", "a", 1, nil)
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "upsert", s.next().event)
+	synced := s.next()
+	require.Equal(t, "synced", synced.event)
+	s.close() // its hub lingers, reading on
+	for k := range 30 {
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, nil)
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 30 }, "the hub read on past what it keeps")
+
+	resume := a.srv.PauseDrainers()
+	first := a.watch("/v1/views/orders?watch=true&since=" + synced.id)
+	second := a.watch("/v1/views/orders?watch=true", "Last-Event-ID", synced.id)
+	eventually(t, func() bool { return metricSum(t, a, "snapshotapi_watch_catchups_waiting") == 1 }, "the second waits")
+	b := second.block(time.Second)
+	assert.Equal(t, []string{"keep-alive"}, b.comments, "a waiting watch streams keep-alive comments")
+	assert.Empty(t, b.event)
+	assert.Equal(t, 2, a.streamsOn("orders"), "the hub's, and the first watch's")
+
+	resume()
+	receiveKeys(t, first, 30)
+	receiveKeys(t, second, 30)
+	eventually(t, func() bool {
+		return metricSum(t, a, "snapshotapi_watch_catchups_waiting") == 0 && metricSum(t, a, "snapshotapi_watch_streams") == 1
+	}, "both caught up, one after the other, and moved to the hub's stream")
+	assert.Equal(t, 3, a.streamsOn("orders"))
+	assert.Equal(t, 2.0, metricSum(t, a, "snapshotapi_watch_catchups_total"))
+}
+
+// TestWatchSlowCatchUpGivesWay: a watch catching up whose client reads nothing holds its
+// place among the catch-ups only until another watch waits for one: its buffer full, it is
+// cut off with an overflow event, and the waiting watch catches up.
+func TestWatchSlowCatchUpGivesWay(t *testing.T) {
+	t.Cleanup(snapshotapi.SetHubRing(5))
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
+		c.MaxCatchUps = 1
+		c.WatchBuffer = 2
+		c.RequestTimeout = time.Minute
+	}))
+	a.set("orders", "a", 1, nil)
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "upsert", s.next().event)
+	synced := s.next()
+	require.Equal(t, "synced", synced.event)
+	s.close()           // its hub lingers, reading on
+	for k := range 30 { // about 16 KiB each: more than the sockets hold
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{pad})
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 30 }, "the hub read on past what it keeps")
+
+	conn, body := a.rawConn("/v1/views/orders?watch=true&since=" + synced.id)
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(16<<10))
+	slow := startPaused(t, body)
+	waitBlocked(t, a)
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_ends_total"), "nobody waits: the slow catch-up keeps its place")
+
+	next := a.watch("/v1/views/orders?watch=true&since=" + synced.id)
+	eventually(t, func() bool { return metricSum(t, a, "snapshotapi_watch_ends_total") == 1 }, "the slow one is cut off")
+	receiveKeys(t, next, 30)
+
+	slow.resume()
+	last := ""
+	for {
+		e := slow.next()
+		if e.event == "overflow" {
+			assert.Contains(t, e.data, `"code":"overflow"`)
+			break
+		}
+		k := e.payload(t).Key
+		require.Greater(t, k, last, "in order")
+		last = k
+	}
+}
