@@ -75,6 +75,25 @@ func (pc *partConsumer) stopIter() {
 	}
 }
 
+// iterClosed waits until a stopped or drained iterator has unsubscribed its pull's inbox:
+// nats.go's Stop and Drain only signal its goroutine, which unsubscribes later. Until then
+// the server, which pins the pull's requests to this client, may still deliver to them,
+// and the client drops what arrives: a release or a recovery that looked at the consumer
+// before would miss those deliveries, and they would come back only after the ack timeout,
+// behind later events of their keys.
+func iterClosed(it natsjs.MessagesContext) {
+	c, ok := it.(interface{ Closed() <-chan struct{} }) // nats.go's iterator has it
+	if !ok {
+		return
+	}
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-c.Closed():
+	case <-t.C:
+	}
+}
+
 func (pc *partConsumer) setIter(it natsjs.MessagesContext) bool {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
@@ -159,6 +178,7 @@ func (pc *partConsumer) run() {
 			continue
 		}
 		it.Stop()
+		iterClosed(it)
 		if err != nil && !errors.Is(err, natsjs.ErrMsgIteratorClosed) && !errors.Is(err, errShrink) {
 			pc.log.Info("pull interrupted, resuming", "err", err)
 		}
