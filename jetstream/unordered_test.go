@@ -52,6 +52,28 @@ func consumerConfig(t *testing.T, b *jbjs.Bus, topic, group string, p int) natsj
 	return c.CachedInfo().Config
 }
 
+// fill creates topic (one partition) and publishes n events to it.
+func fill(t *testing.T, b *jbjs.Bus, topic string, n int) {
+	t.Helper()
+	require.NoError(t, b.EnsureTopic(t.Context(), jbjs.TopicConfig{Name: topic}))
+	for i := range n {
+		_, err := b.Publish(t.Context(), topic, i)
+		require.NoError(t, err)
+	}
+}
+
+// holding wraps h so that every call waits for release to be closed; started is closed at
+// the first call.
+func holding(h jetbus.Handler) (wrapped jetbus.Handler, started, release chan struct{}) {
+	started, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	return func(ctx context.Context, d *jetbus.Delivery) error {
+		once.Do(func() { close(started) })
+		<-release
+		return h(ctx, d)
+	}, started, release
+}
+
 // An unordered group's consumers have no priority policy and say they are unordered; an
 // ordered group's are pinned.
 func TestUnorderedConsumerIsNotPinned(t *testing.T) {
@@ -153,21 +175,12 @@ func TestUnorderedStopGivesBack(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	admin := embeddedtest.Bus(t, s.ClientURL())
 	ctx := t.Context()
-	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "back"}))
 	const n = 20
-	for i := range n {
-		_, err := admin.Publish(ctx, "back", i)
-		require.NoError(t, err)
-	}
+	fill(t, admin, "back", n)
 	opts := []jetbus.SubscribeOption{jetbus.Unordered(), jetbus.FromEarliest(), jetbus.AckTimeout(time.Minute)}
 	a, b := newAttemptRecorder(), newAttemptRecorder()
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	subA, err := embeddedtest.Bus(t, s.ClientURL()).Subscribe(ctx, "back", "g", func(ctx context.Context, d *jetbus.Delivery) error {
-		once.Do(func() { close(started) })
-		<-release
-		return a.handler(ctx, d)
-	}, append(opts, jetbus.BatchSize(n))...)
+	held, started, release := holding(a.handler)
+	subA, err := embeddedtest.Bus(t, s.ClientURL()).Subscribe(ctx, "back", "g", held, append(opts, jetbus.BatchSize(n))...)
 	require.NoError(t, err)
 	<-started // every event is fetched by A: one in its handler, the others buffered
 	subB, err := embeddedtest.Bus(t, s.ClientURL()).Subscribe(ctx, "back", "g", b.handler, opts...)
@@ -198,20 +211,11 @@ func TestUnorderedStopHandlesLastAttempts(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	b := embeddedtest.Bus(t, s.ClientURL())
 	ctx := t.Context()
-	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "last"}))
 	const n = 20
-	for i := range n {
-		_, err := b.Publish(ctx, "last", i)
-		require.NoError(t, err)
-	}
+	fill(t, b, "last", n)
 	r := newAttemptRecorder()
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	sub, err := b.Subscribe(ctx, "last", "g", func(ctx context.Context, d *jetbus.Delivery) error {
-		once.Do(func() { close(started) })
-		<-release
-		return r.handler(ctx, d)
-	}, jetbus.Unordered(), jetbus.FromEarliest(), jetbus.BatchSize(n), jetbus.MaxAttempts(1))
+	held, started, release := holding(r.handler)
+	sub, err := b.Subscribe(ctx, "last", "g", held, jetbus.Unordered(), jetbus.FromEarliest(), jetbus.BatchSize(n), jetbus.MaxAttempts(1))
 	require.NoError(t, err)
 	<-started
 	stopped := make(chan error, 1)
@@ -270,21 +274,14 @@ func TestUnorderedDrainHandlesWhatItFetched(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	b := embeddedtest.Bus(t, s.ClientURL())
 	ctx := t.Context()
-	require.NoError(t, b.EnsureTopic(ctx, jbjs.TopicConfig{Name: "drain"}))
 	const n = 20
-	for i := range n {
-		_, err := b.Publish(ctx, "drain", i)
-		require.NoError(t, err)
-	}
+	fill(t, b, "drain", n)
 	r := newAttemptRecorder()
-	started, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	sub, err := b.Subscribe(ctx, "drain", "g", func(ctx context.Context, d *jetbus.Delivery) error {
-		once.Do(func() { close(started) })
-		<-release
+	held, started, release := holding(func(ctx context.Context, d *jetbus.Delivery) error {
 		time.Sleep(30 * time.Millisecond) // the handler's own work, slower than a stop waits for quiet
 		return r.handler(ctx, d)
-	}, jetbus.Unordered(), jetbus.FromEarliest(), jetbus.BatchSize(n))
+	})
+	sub, err := b.Subscribe(ctx, "drain", "g", held, jetbus.Unordered(), jetbus.FromEarliest(), jetbus.BatchSize(n))
 	require.NoError(t, err)
 	<-started
 	drained := make(chan error, 1)
