@@ -1,0 +1,75 @@
+package jetstream_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/embeddedtest"
+	jbjs "github.com/jetbus/jetbus/jetstream"
+)
+
+// TestEnsureTopicUpdatesOnlyChanges: ensuring a topic whose stream already has the
+// configuration sends no update (every process start ensures its topics, and an update racing
+// another replica's consumer creation is a data race in nats-server 2.15.2); a change of any
+// field the topic's configuration sets is sent and applied.
+func TestEnsureTopicUpdatesOnlyChanges(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	b := embeddedtest.Bus(t, s.ClientURL())
+	ctx := context.Background()
+	stream := jetbus.StreamName("orders")
+
+	// The updates the server receives, seen by a plain subscriber of its API subject.
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	sub, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE." + stream)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	// The server routed each update request to sub before answering it, and the answer to a
+	// flush after them: once the flush returns, every update is among sub's pending messages.
+	updates := func() int {
+		t.Helper()
+		require.NoError(t, nc.Flush())
+		n, _, err := sub.Pending()
+		require.NoError(t, err)
+		return n
+	}
+
+	cfg := jbjs.TopicConfig{Name: "orders", Partitions: 2, MaxAge: time.Hour}
+	require.NoError(t, b.EnsureTopic(ctx, cfg))
+	for range 3 { // a restart, with the defaults filled in again
+		require.NoError(t, b.EnsureTopic(ctx, cfg))
+		require.NoError(t, embeddedtest.Bus(t, s.ClientURL()).EnsureTopic(ctx, cfg))
+	}
+	assert.Zero(t, updates(), "an unchanged topic was updated")
+
+	for i, change := range []func(c *jbjs.TopicConfig){
+		func(c *jbjs.TopicConfig) { c.MaxAge = 2 * time.Hour },
+		func(c *jbjs.TopicConfig) { c.Partitions = 3 },
+		func(c *jbjs.TopicConfig) { c.MaxBytes = 1 << 30 },
+		func(c *jbjs.TopicConfig) { c.DuplicateWindow = time.Minute },
+		func(c *jbjs.TopicConfig) { c.KeepPerKey = 0 }, // unchanged: no update
+	} {
+		change(&cfg)
+		require.NoError(t, b.EnsureTopic(ctx, cfg))
+		assert.Equal(t, min(i+1, 4), updates(), "change %d", i)
+	}
+	st, err := b.JetStream().Stream(ctx, stream)
+	require.NoError(t, err)
+	got := st.CachedInfo().Config
+	assert.Equal(t, 2*time.Hour, got.MaxAge)
+	assert.Len(t, got.Subjects, 3)
+	assert.Equal(t, int64(1<<30), got.MaxBytes)
+	assert.Equal(t, time.Minute, got.Duplicates)
+	assert.Equal(t, "3", got.Metadata[jetbus.MetaPartitions])
+	n, err := b.Partitions(ctx, "orders")
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+}
