@@ -196,6 +196,18 @@ func (l *Lease) SentAt() time.Time {
 	return l.sentAt
 }
 
+// landed returns the lease's revision when it is still this member's at a revision newer
+// than l.rev: a renewal that timed out or was cancelled (its answer lost) may have landed.
+// Only this member writes a lease it holds (others only take a free one), so a held lease
+// with our owner and acquisition time is ours. l.mu is held.
+func (l *Lease) landed(ctx context.Context) (uint64, bool) {
+	cur, err := l.g.ReadLease(ctx, l.p)
+	if err != nil || cur.State != LeaseHeld || cur.Owner != l.info.Owner || !cur.Acquired.Equal(l.info.Acquired) {
+		return 0, false
+	}
+	return cur.Revision, true
+}
+
 // Renew rewrites the lease if this member still holds it (update with the last revision).
 // It returns ErrLeaseLost when the lease was released, expired or taken since; the owner
 // must stop the partition at once. Other errors (a timeout, a lost connection) leave the
@@ -213,12 +225,8 @@ func (l *Lease) Renew(ctx context.Context) error {
 	sent := time.Now()
 	rev, err := l.g.kv.Update(ctx, LeaseKey(l.g.cfg.Topic, l.p), b, l.rev)
 	if errors.Is(err, natsjs.ErrKeyRevisionMismatch) {
-		// A renewal that timed out here may have landed: only this member writes a lease it
-		// holds (others only take a free one), so a held lease with our owner and acquisition
-		// time is ours at a newer revision.
-		if cur, rerr := l.g.ReadLease(ctx, l.p); rerr == nil && cur.State == LeaseHeld &&
-			cur.Owner == l.info.Owner && cur.Acquired.Equal(l.info.Acquired) {
-			rev, err = l.g.kv.Update(ctx, LeaseKey(l.g.cfg.Topic, l.p), b, cur.Revision)
+		if cur, ok := l.landed(ctx); ok {
+			rev, err = l.g.kv.Update(ctx, LeaseKey(l.g.cfg.Topic, l.p), b, cur)
 		}
 	}
 	if errors.Is(err, natsjs.ErrKeyRevisionMismatch) || errors.Is(err, natsjs.ErrKeyNotFound) {
@@ -280,6 +288,12 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	err := l.g.kv.Delete(ctx, LeaseKey(l.g.cfg.Topic, l.p), natsjs.LastRevision(l.rev))
+	if errors.Is(err, natsjs.ErrKeyRevisionMismatch) {
+		// The keeper's last renewal, cut off when its holder stopped, may have landed.
+		if cur, ok := l.landed(ctx); ok {
+			err = l.g.kv.Delete(ctx, LeaseKey(l.g.cfg.Topic, l.p), natsjs.LastRevision(cur))
+		}
+	}
 	if errors.Is(err, natsjs.ErrKeyRevisionMismatch) {
 		l.lost = true
 		return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -183,4 +184,53 @@ func TestLeaseKeep(t *testing.T) {
 		t.Fatal("the loss was not seen")
 	}
 	assert.Empty(t, failed, "a loss is returned, not reported as a failed renewal")
+}
+
+// TestReleaseAfterALandedRenewal: a renewal whose answer was lost (cut off when its holder
+// stopped) may have landed; the release that follows still deletes the lease, so the next
+// owner need not wait for it to expire. A lease another member took since is left alone.
+func TestReleaseAfterALandedRenewal(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	ctx := t.Context()
+	js := jetStream(t, s.ClientURL())
+	kv := func() natsjs.KeyValue {
+		_, err := partition.OpenGroup(ctx, js, partition.Config{Topic: "orders", Group: "landed", MemberID: "x", TTL: time.Minute})
+		require.NoError(t, err)
+		kv, err := js.KeyValue(ctx, partition.GroupBucket("landed"))
+		require.NoError(t, err)
+		return kv
+	}()
+	key := partition.LeaseKey("orders", 0)
+	// landed writes what l's renewal would have, without l seeing the answer.
+	landed := func() {
+		e, err := kv.Get(ctx, key)
+		require.NoError(t, err)
+		_, err = kv.Update(ctx, key, e.Value(), e.Revision())
+		require.NoError(t, err)
+	}
+
+	a, err := partition.OpenGroup(ctx, js, partition.Config{Topic: "orders", Group: "landed", MemberID: "a", TTL: time.Minute})
+	require.NoError(t, err)
+	l, err := a.TryAcquire(ctx, 0)
+	require.NoError(t, err)
+	landed()
+	require.NoError(t, l.Release(ctx))
+	info, err := a.ReadLease(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseReleased, info.State, "released after a renewal landed unseen: %+v", info)
+
+	// Taken by b since: a's release (with a landed renewal of its own before) leaves b's lease.
+	l, err = a.TryAcquire(ctx, 0)
+	require.NoError(t, err)
+	landed()
+	require.NoError(t, kv.Delete(ctx, key))
+	b, err := partition.OpenGroup(ctx, js, partition.Config{Topic: "orders", Group: "landed", MemberID: "b", TTL: time.Minute})
+	require.NoError(t, err)
+	_, err = b.TryAcquire(ctx, 0)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	info, err = a.ReadLease(ctx, 0)
+	require.NoError(t, err)
+	assert.Equal(t, partition.LeaseHeld, info.State)
+	assert.Equal(t, "b", info.Owner)
 }
