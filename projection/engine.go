@@ -100,7 +100,10 @@ type engine struct {
 	tracer trace.Tracer
 	target []attribute.KeyValue
 
-	settled atomic.Uint64 // events written (or skipped) and acknowledged
+	// settled counts events written (or skipped), counted before their acknowledgement is
+	// sent: whoever reads the group's lag from the server and then this count sees every
+	// event the lag no longer holds (the rebuild's progress does).
+	settled atomic.Uint64
 
 	mu      sync.Mutex
 	parts   map[partKey]*partState
@@ -583,6 +586,7 @@ func (ps *partState) flush(entries []*entry) bool {
 	ps.mu.Lock()
 	ps.ackedUpTo = max(ps.ackedUpTo, entries[len(entries)-1].d.Seq)
 	ps.mu.Unlock()
+	e.settled.Add(uint64(len(entries)))
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	err := e.bus.AckBatch(actx, ps.topic, e.group, ids...)
 	cancel()
@@ -595,7 +599,6 @@ func (ps *partState) flush(entries []*entry) bool {
 	for label, n := range counts {
 		e.m.event(e.name, label, n)
 	}
-	e.settled.Add(uint64(len(entries)))
 	e.m.batchSize(e.name, len(entries))
 	return true
 }

@@ -244,11 +244,13 @@ func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, en
 			return fmt.Errorf("projection: rebuild %s: %w", c.cfg.Name, err)
 		case <-tick.C:
 		}
-		done := eng.settled.Load()
+		// The lag first: every event it no longer holds was counted in settled before its
+		// acknowledgement left, so done read after it includes them all.
 		lag, known := r.lag(ctx)
 		if !known {
 			continue
 		}
+		done := eng.settled.Load()
 		now := time.Now()
 		if dt := now.Sub(lastAt).Seconds(); dt > 0 {
 			inst := float64(done-lastDone) / dt
@@ -264,10 +266,10 @@ func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, en
 			// Less than a second of writing behind: it may have written all the live
 			// generation has.
 			if caughtUp, liveWas = r.reachedLive(ctx, liveGroup, liveWas); caughtUp {
-				done = eng.settled.Load()
 				if l, ok := r.lag(ctx); ok {
 					lag = l
 				}
+				done = eng.settled.Load()
 			}
 		}
 		r.prog.Done, r.prog.Total, r.prog.Rate = done, done+lag, rate
