@@ -45,6 +45,7 @@
 //	internal/mongoname         MongoDB's rules for database, collection and field-path names
 //	internal/option            the options every component takes (logger, registerer) and the loop applying them
 //	internal/spans             OpenTelemetry through its API: whether a provider traces, an event's trace context as a parent, messaging attributes
+//	internal/streamcfg         whether a stream or bucket already holds the configuration asked for: update only a change (jetstream, dlq)
 //
 // Internal packages of the processes (they import the libraries, never the other way round):
 //

@@ -14,7 +14,7 @@ import (
 // The others — config, process, ops, cli, wiring, tracing, devenv, devmode — belong to the processes
 // (docs/architecture.md, "Internal packages").
 var libraryInternals = []string{"internal/retry", "internal/streamscan", "internal/jsonenc", "internal/option",
-	"internal/promreg", "internal/mongoname", "internal/spans"}
+	"internal/promreg", "internal/mongoname", "internal/spans", "internal/streamcfg"}
 
 func TestLibrariesImportOnlyLibraryInternals(t *testing.T) {
 	const module = "github.com/jetbus/jetbus/"

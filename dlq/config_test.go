@@ -1,9 +1,12 @@
 package dlq_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -78,4 +81,70 @@ func TestAttachKeepsSettings(t *testing.T) {
 	open(dlq.Config{MaxAge: 2 * time.Hour})
 	assert.Equal(t, 2*time.Hour, maxAge(dlq.StreamName), "the owner's settings applied")
 	assert.Equal(t, 2*time.Hour, maxAge(dlq.AdvisoryStreamName))
+}
+
+// TestOpenUpdatesOnlyChanges: opening a Queue whose streams and buckets already have its
+// configuration sends no update (every process start opens one, and an update racing another
+// process's consumer creation is a data race in nats-server 2.15.2); a stream or bucket that
+// lacks the configuration is updated, and only it.
+func TestOpenUpdatesOnlyChanges(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	js := embeddedtest.Bus(t, s.ClientURL()).JetStream()
+	ctx := t.Context()
+	open := func(cfg dlq.Config) {
+		t.Helper()
+		q, err := dlq.Open(ctx, js, cfg)
+		require.NoError(t, err)
+		require.NoError(t, q.Close())
+	}
+
+	// The updates the server receives, seen by a plain subscriber of the API's subjects.
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	sub, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE.>")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	// The server routed each update request to sub before answering it, and the answer to a
+	// flush after them: once the flush returns, every update is among sub's pending messages.
+	updated := func() []string {
+		t.Helper()
+		require.NoError(t, nc.Flush())
+		var streams []string
+		for {
+			m, err := sub.NextMsg(0)
+			if err != nil {
+				return streams
+			}
+			streams = append(streams, strings.TrimPrefix(m.Subject, "$JS.API.STREAM.UPDATE."))
+		}
+	}
+
+	cfg := dlq.Config{Parking: true}
+	open(cfg)
+	for range 3 { // restarts, with the defaults filled in again
+		open(cfg)
+	}
+	assert.Empty(t, updated(), "unchanged streams or buckets were updated")
+
+	cfg.MaxAge = time.Hour
+	open(cfg)
+	assert.ElementsMatch(t, []string{dlq.StreamName, dlq.AdvisoryStreamName}, updated(), "the streams MaxAge sets")
+	cfg.Rejects.MaxBytes = 1 << 20
+	open(cfg)
+	assert.Equal(t, []string{dlq.RejectsStreamName}, updated())
+
+	// A bucket changed behind the Queue's back is set back, alone.
+	_, err = js.UpdateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: dlq.ParkBucket, History: 1, Description: "changed"})
+	require.NoError(t, err)
+	require.Len(t, updated(), 1)
+	open(cfg)
+	assert.Equal(t, []string{"KV_" + dlq.ParkBucket}, updated())
+	kv, err := js.KeyValue(ctx, dlq.ParkBucket)
+	require.NoError(t, err)
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+	assert.NotEqual(t, "changed", st.Config().Description)
+	open(cfg)
+	assert.Empty(t, updated())
 }

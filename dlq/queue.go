@@ -16,6 +16,7 @@ import (
 	"github.com/jetbus/jetbus/internal/option"
 	"github.com/jetbus/jetbus/internal/retry"
 	"github.com/jetbus/jetbus/internal/spans"
+	"github.com/jetbus/jetbus/internal/streamcfg"
 )
 
 // Names on the wire.
@@ -190,11 +191,11 @@ type JetStream interface {
 	OrderedConsumer(ctx context.Context, stream string, cfg natsjs.OrderedConsumerConfig) (natsjs.Consumer, error)
 	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...natsjs.PublishOpt) (*natsjs.PubAck, error)
 	Stream(ctx context.Context, name string) (natsjs.Stream, error)
-	CreateOrUpdateStream(ctx context.Context, cfg natsjs.StreamConfig) (natsjs.Stream, error)
 	CreateStream(ctx context.Context, cfg natsjs.StreamConfig) (natsjs.Stream, error)
+	UpdateStream(ctx context.Context, cfg natsjs.StreamConfig) (natsjs.Stream, error)
 	CreateOrUpdateConsumer(ctx context.Context, stream string, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error)
-	CreateOrUpdateKeyValue(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error)
 	CreateKeyValue(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error)
+	UpdateKeyValue(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error)
 	KeyValue(ctx context.Context, bucket string) (natsjs.KeyValue, error)
 }
 
@@ -267,8 +268,9 @@ func Open(ctx context.Context, js JetStream, cfg Config, opts ...Option) (*Queue
 	return q, nil
 }
 
-// Ensure creates or updates the DLQ's streams (the DLQ, the refusals' and the advisories').
-// Open calls it; call it again to bring back a stream that was deleted.
+// Ensure creates the DLQ's streams (the DLQ, the refusals' and the advisories'), or updates
+// those that lack what the Config asks for. Open calls it; call it again to bring back a
+// stream that was deleted.
 func (q *Queue) Ensure(ctx context.Context) error {
 	err := q.ensureStream(ctx, natsjs.StreamConfig{
 		Name:        StreamName,
@@ -309,40 +311,49 @@ func (q *Queue) Ensure(ctx context.Context) error {
 	return q.ensureAdvisories(ctx)
 }
 
-// ensureStream creates or updates a stream of the DLQ; with Config.Attach an existing one is
-// left as it is.
+// ensureStream creates a stream of the DLQ, or updates it when it lacks what cfg asks for
+// (only then: internal/streamcfg says why); with Config.Attach an existing one is left as it
+// is.
 //
-// Attaching never asks for an update (CreateOrUpdate asks for one first): a NATS user that
-// may create but not update the DLQ's streams (the projector's, deploy/nats/auth.conf) can
-// attach.
+// Attaching never asks for an update: a NATS user that may create but not update the DLQ's
+// streams (the projector's, deploy/nats/auth.conf) can attach.
 func (q *Queue) ensureStream(ctx context.Context, cfg natsjs.StreamConfig) error {
-	if !q.cfg.Attach {
-		_, err := q.js.CreateOrUpdateStream(ctx, cfg)
+	s, err := q.js.Stream(ctx, cfg.Name)
+	switch {
+	case errors.Is(err, natsjs.ErrStreamNotFound):
+		_, err = q.js.CreateStream(ctx, cfg)
+		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
+			return q.ensureStream(ctx, cfg) // created meanwhile by another process
+		}
+		return err
+	case err != nil || q.cfg.Attach || streamcfg.Holds(s.CachedInfo().Config, cfg):
 		return err
 	}
-	_, err := q.js.Stream(ctx, cfg.Name)
-	if !errors.Is(err, natsjs.ErrStreamNotFound) {
-		return err
-	}
-	if _, err = q.js.CreateStream(ctx, cfg); errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
-		_, err = q.js.Stream(ctx, cfg.Name) // created meanwhile by another process
-	}
+	_, err = q.js.UpdateStream(ctx, cfg)
 	return err
 }
 
 // ensureBucket is ensureStream for a bucket.
 func (q *Queue) ensureBucket(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
-	if !q.cfg.Attach {
-		return q.js.CreateOrUpdateKeyValue(ctx, cfg)
-	}
 	kv, err := q.js.KeyValue(ctx, cfg.Bucket)
-	if !errors.Is(err, natsjs.ErrBucketNotFound) {
+	switch {
+	case errors.Is(err, natsjs.ErrBucketNotFound):
+		kv, err = q.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, natsjs.ErrBucketExists) {
+			return q.ensureBucket(ctx, cfg) // created meanwhile by another process
+		}
+		return kv, err
+	case err != nil || q.cfg.Attach:
 		return kv, err
 	}
-	if kv, err = q.js.CreateKeyValue(ctx, cfg); errors.Is(err, natsjs.ErrBucketExists) {
-		kv, err = q.js.KeyValue(ctx, cfg.Bucket) // created meanwhile by another process
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return kv, err
+	if streamcfg.BucketHolds(st.Config(), cfg) {
+		return kv, nil
+	}
+	return q.js.UpdateKeyValue(ctx, cfg)
 }
 
 // MaxRejectBody is Config.Rejects.MaxBody: the body kept of a message ingress refused (0:

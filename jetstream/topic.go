@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/retry"
+	"github.com/jetbus/jetbus/internal/streamcfg"
 )
 
 // TopicConfig describes a topic's stream.
@@ -182,11 +182,9 @@ func (b *Bus) ensureTopic(ctx context.Context, cfg TopicConfig) error {
 			return fmt.Errorf("%w: topic %s is %s; Keyed cannot change (its events' subjects would)",
 				ErrInvalidConfig, cfg.Name, map[bool]string{true: "keyed", false: "plain"}[old.keyed])
 		}
-		// Only a change is sent: an update is a proposal to the stream's replicas, and
-		// nats-server 2.15.2 reads the stream's configuration without its lock while it
-		// creates a consumer, so an update racing another replica's consumer creation (every
-		// start of two processes) is a data race in the server.
-		if !sameStream(s.CachedInfo().Config, sc) {
+		// Only a change is sent (internal/streamcfg says why). Fields jetbus does not set
+		// are left as they are.
+		if !streamcfg.Holds(s.CachedInfo().Config, sc) {
 			if _, err := b.js.UpdateStream(ctx, sc); err != nil {
 				return fmt.Errorf("jetbus: update topic %s: %w", cfg.Name, retry.Opaque(err))
 			}
@@ -194,25 +192,6 @@ func (b *Bus) ensureTopic(ctx context.Context, cfg TopicConfig) error {
 	}
 	b.topics.put(cfg.Name, layout{partitions: cfg.Partitions, keyed: cfg.Keyed})
 	return nil
-}
-
-// sameStream reports whether the stream's configuration already holds every field that
-// streamConfig sets as want has it. Fields jetbus does not set (and metadata keys not its
-// own, such as the server's) are left as they are.
-func sameStream(have, want natsjs.StreamConfig) bool {
-	if have.Description != want.Description || !slices.Equal(have.Subjects, want.Subjects) ||
-		have.Retention != want.Retention || have.Discard != want.Discard ||
-		have.MaxAge != want.MaxAge || have.MaxBytes != want.MaxBytes || have.MaxMsgs != want.MaxMsgs ||
-		have.MaxMsgsPerSubject != want.MaxMsgsPerSubject || have.Storage != want.Storage ||
-		have.Replicas != want.Replicas || have.Duplicates != want.Duplicates || have.AllowDirect != want.AllowDirect {
-		return false
-	}
-	for k, v := range want.Metadata {
-		if hv, ok := have.Metadata[k]; !ok || hv != v {
-			return false
-		}
-	}
-	return true
 }
 
 // DeleteTopic deletes the topic's stream with every event and consumer group.
