@@ -97,11 +97,14 @@ e2e: e2e-node
 ## for 30 s beside 20,000 valid ones (make test: 5 s, 5,000); a million dead letters replayed by
 ## the bridge binary within 64 MiB of memory (make test: 20,000 letters, memory compared with a tenth);
 ## the watch checker: 50,000 events over 1,000 keys watched by 24 SSE clients of two projector
-## processes, one SIGKILLed, while a rebuild switches (make test: 5,000 events over 200 keys).
+## processes, one SIGKILLed, while a rebuild switches (make test: 5,000 events over 200 keys);
+## the snapshot API's read-your-writes 200 times and paging walks over 10,000 documents
+## (make test: 50 times, 3,000 documents).
 LOAD_RESULTS ?= $(CURDIR)/bin/load-results.txt
 WATCH_LOAD_RESULTS ?= $(CURDIR)/bin/watch-load-results.txt
 test-long:
 	$(GO) test -race -count=1 -tags long -timeout 30m -run 'SIGKILL' ./projection/
+	$(GO) test -race -count=1 -tags long -timeout 10m -run '^(TestReadYourWrites|TestPagingUnderWrites)$$' ./snapshotapi/
 	mkdir -p $(dir $(LOAD_RESULTS)) $(dir $(WATCH_LOAD_RESULTS))
 	JETBUS_LOAD_RESULTS=$(LOAD_RESULTS) $(GO) test -count=1 -tags long -timeout 10m -run '^TestHTTPLoad$$' -v ./cmd/cmdtest/
 	# Without -race, as TestHTTPLoad: it measures the projector (a production build) and the

@@ -18,10 +18,10 @@ import (
 )
 
 // TestReadYourWrites publishes an update and reads the key with after=<partition>:<seq>,
-// 200 times: the answer is the new state every time, never the old, although the document
-// cache holds the old state (read just before the publish) and the projection (an in-test
-// writer that applies events as docs/views.md says) runs behind the API. Once projection
-// exists, the end-to-end test does the same through it.
+// readYourWritesRounds times (50; 200 in make test-long): the answer is the new state every
+// time, never the old, although the document cache holds the old state (read just before the
+// publish) and the projection (an in-test writer that applies events as docs/views.md says)
+// runs behind the API. Once projection exists, the end-to-end test does the same through it.
 func TestReadYourWrites(t *testing.T) {
 	ctx := context.Background()
 	ns := embeddedtest.NATS(t)
@@ -40,7 +40,7 @@ func TestReadYourWrites(t *testing.T) {
 	path := "/v1/views/orders/customer%2F42%20%C3%A9"
 	etag := ""
 	last := map[int]uint64{} // the last event published to each partition
-	for i := range 200 {
+	for i := range readYourWritesRounds {
 		if i > 0 { // the cached, now old, state
 			r := a.get(path)
 			require.Equal(t, 200, r.StatusCode)

@@ -19,11 +19,12 @@ import (
 
 var nextLinkPattern = regexp.MustCompile(`^<(/v1/views/[^>]+)>; rel="next"$`)
 
-// TestPagingUnderWrites walks a 10k-document view page by page, following Link rel="next",
-// while documents are updated, inserted and deleted between pages: every key that existed
-// throughout the walk comes back exactly once, in order, whatever the order and filter.
+// TestPagingUnderWrites walks a view of pagingDocs documents (3,000; 10,000 in make
+// test-long) page by page, following Link rel="next", while documents are updated, inserted
+// and deleted between pages: every key that existed throughout the walk comes back exactly
+// once, in order, whatever the order and filter.
 func TestPagingUnderWrites(t *testing.T) {
-	n := 10000
+	n := pagingDocs
 	if testing.Short() {
 		n = 2000
 	}
