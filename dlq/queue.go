@@ -125,8 +125,8 @@ type Config struct {
 	// Parking turns per-key parking on.
 	Parking bool
 	// Attach uses the DLQ's streams and buckets as they are when they exist, and creates the
-	// missing ones with this Config. Without it Open and Ensure also update existing ones to
-	// this Config. The process that owns the DLQ's settings (the bridge, from the operator's
+	// missing ones with this Config. Without it Open and Ensure also update the existing ones
+	// whose configuration differs from this Config. The process that owns the DLQ's settings (the bridge, from the operator's
 	// configuration) leaves it off; tools and programs that only dead-letter or read beside
 	// it set it, so that they cannot change the DLQ's replicas or retention.
 	Attach bool

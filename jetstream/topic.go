@@ -183,7 +183,7 @@ func (b *Bus) ensureTopic(ctx context.Context, cfg TopicConfig) error {
 				ErrInvalidConfig, cfg.Name, map[bool]string{true: "keyed", false: "plain"}[old.keyed])
 		}
 		// Only a change is sent (internal/streamcfg says why). Fields jetbus does not set
-		// are left as they are.
+		// are kept while nothing changes; an update replaces them.
 		if !streamcfg.Holds(s.CachedInfo().Config, sc) {
 			if _, err := b.js.UpdateStream(ctx, sc); err != nil {
 				return fmt.Errorf("jetbus: update topic %s: %w", cfg.Name, retry.Opaque(err))

@@ -7,9 +7,10 @@
 //
 // The libraries (every package outside cmd/, examples/, e2e/, bench/ and internal/) may
 // import only the internal packages that hold such shared rules with no process in them:
-// internal/promreg, internal/retry, internal/jsonenc, internal/streamscan, internal/mongoname
-// and internal/option. The process-level packages (internal/config, internal/ops,
-// internal/process, internal/cli, internal/wiring, internal/devenv, internal/devmode) import
+// internal/promreg, internal/retry, internal/jsonenc, internal/streamscan, internal/mongoname,
+// internal/option, internal/spans and internal/streamcfg. The process-level packages
+// (internal/config, internal/ops, internal/process, internal/cli, internal/wiring,
+// internal/tracing, internal/devenv, internal/devmode) import
 // the libraries, never the other way round (the root package's
 // TestLibrariesImportOnlyLibraryInternals; docs/architecture.md, "Internal packages").
 package promreg

@@ -1,6 +1,7 @@
-// Package streamcfg holds the rule every package that ensures its JetStream streams and
-// buckets at start follows: ask the server for an update only when the stream lacks what is
-// asked for.
+// Package streamcfg holds the rule the packages that update their JetStream streams and
+// buckets at start (jetstream's topics, the DLQ) follow: ask the server for an update only
+// when the stream lacks what is asked for. (The other buckets jetbus uses are created once and
+// never updated.)
 //
 // An update is a proposal to the stream's replicas, and nats-server 2.15.2 reads a stream's
 // configuration without its lock while it creates a consumer on it: an update sent at every
@@ -17,8 +18,8 @@ import (
 // Holds reports whether have (a stream's configuration as the server reports it) already holds
 // every field want sets. want's zero values stand for the server's defaults: no limit for
 // MaxBytes, MaxMsgs and MaxMsgsPerSubject, one replica, and the duplicate window the server
-// chose. Fields want does not set (and metadata keys not in want, such as the server's) are
-// left as they are.
+// chose. Fields want does not set, and metadata keys not in want (such as the server's), are
+// not compared; an update, when one is sent, replaces them with want's.
 func Holds(have, want natsjs.StreamConfig) bool {
 	if have.Description != want.Description || !slices.Equal(have.Subjects, want.Subjects) ||
 		have.Retention != want.Retention || have.Discard != want.Discard || have.Storage != want.Storage ||
@@ -32,7 +33,8 @@ func Holds(have, want natsjs.StreamConfig) bool {
 }
 
 // BucketHolds is Holds for a key-value bucket: have is its configuration as the server reports
-// it (KeyValueStatus.Config).
+// it (KeyValueStatus.Config). Only what a KeyValueConfig carries is compared: a bucket's stream
+// settings changed by hand (discard policy, rollups) are not repaired.
 func BucketHolds(have, want natsjs.KeyValueConfig) bool {
 	return have.Description == want.Description && max(have.History, 1) == max(want.History, 1) &&
 		have.TTL == want.TTL && limit(int64(have.MaxValueSize)) == limit(int64(want.MaxValueSize)) &&
