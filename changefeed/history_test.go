@@ -145,6 +145,12 @@ func TestHeartbeat(t *testing.T) {
 	// created first: creating it implicitly would add a create entry to the oplog, as in
 	// MongoDB, and a 51st entry in one noise call would roll the feed's position out
 	require.NoError(t, db.CreateCollection(t.Context(), "noise"))
+	// The feed's stream reads past the create entry before the first noise: otherwise 50
+	// entries after it roll out an oplog position the stream has not reached yet, and the
+	// stream (in MongoDB as here) loses its history.
+	require.Eventually(t, func() bool {
+		return string(savedPosition(t, e.bus.JetStream(), "quiet").Token) != string(first.Token)
+	}, 10*time.Second, 10*time.Millisecond, "the quiet feed's position passes the noise collection's creation")
 	for range 6 { // 300 changes elsewhere: the oplog (50) rolls over six times
 		before := savedPosition(t, e.bus.JetStream(), "quiet")
 		noise(t, db, 50)
