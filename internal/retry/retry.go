@@ -24,7 +24,8 @@ import (
 // Transient reports whether err may go away by itself, so that the same request, made again
 // later, can succeed. It is the one rule every retry in jetbus follows:
 //
-//   - never transient: nil, context.Canceled, a closed connection or handle
+//   - never transient: nil, context.Canceled (unless a MongoDB connection error wraps it:
+//     the driver's own cancellation), a closed connection or handle
 //     (nats.ErrConnectionClosed, jetbus.ErrClosed), and every error not named below: a bad
 //     request stays bad;
 //   - transient: jetbus.ErrUnavailable; context.DeadlineExceeded (one bounded try timed
@@ -43,10 +44,15 @@ import (
 func Transient(err error) bool {
 	switch {
 	case err == nil,
-		errors.Is(err, context.Canceled),
 		errors.Is(err, nats.ErrConnectionClosed),
 		errors.Is(err, jetbus.ErrClosed):
 		return false
+	case errors.Is(err, context.Canceled):
+		// The caller's cancellation is never transient; but a MongoDB connection error
+		// wrapping one is the driver cancelling a connection it was opening (its pool was
+		// cleared by another operation's failure), the caller's context alive: the next try
+		// opens a new connection.
+		return errors.As(err, &topology.ConnectionError{})
 	case errors.Is(err, jetbus.ErrUnavailable),
 		errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, nats.ErrTimeout),

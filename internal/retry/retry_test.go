@@ -47,6 +47,10 @@ func TestTransient(t *testing.T) {
 		{"plain error", errors.New("boom"), false},
 		{"canceled", context.Canceled, false},
 		{"canceled wrapped", fmt.Errorf("x: %w", context.Canceled), false},
+		// A connection the driver was opening when another operation's failure cleared its
+		// pool: the driver cancels the handshake, the caller's context is alive.
+		{"MongoDB handshake cancelled by the driver", fmt.Errorf("read the live generation: %w",
+			topology.ConnectionError{Wrapped: topology.ConnectionError{ConnectionID: "127.0.0.1:27017[-147]", Wrapped: context.Canceled}}), true},
 		{"no MongoDB server selectable", fmt.Errorf("create indexes: %w", topology.ServerSelectionError{Wrapped: errors.New("server selection timeout")}), true},
 		{"connection closed", nats.ErrConnectionClosed, false},
 		{"jetbus closed", jetbus.ErrClosed, false},
