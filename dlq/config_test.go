@@ -89,7 +89,8 @@ func TestAttachKeepsSettings(t *testing.T) {
 // lacks the configuration is updated, and only it.
 func TestOpenUpdatesOnlyChanges(t *testing.T) {
 	s := embeddedtest.NATS(t)
-	js := embeddedtest.Bus(t, s.ClientURL()).JetStream()
+	bus := embeddedtest.Bus(t, s.ClientURL())
+	js := bus.JetStream()
 	ctx := t.Context()
 	open := func(cfg dlq.Config) {
 		t.Helper()
@@ -98,25 +99,34 @@ func TestOpenUpdatesOnlyChanges(t *testing.T) {
 		require.NoError(t, q.Close())
 	}
 
-	// The updates the server receives, seen by a plain subscriber of the API's subjects.
+	// The updates the server receives, seen by a plain subscriber of the API's subjects. The
+	// server may answer a request before it has routed it to every other subscriber; it routes
+	// one connection's messages in order, though: once a barrier published on the bus's
+	// connection after them reaches the subscriber, every update the bus sent before has too.
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	sub, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE.>")
-	require.NoError(t, err)
+	const barrier = "test.barrier"
+	msgs := make(chan *nats.Msg, 1024)
+	for _, subj := range []string{"$JS.API.STREAM.UPDATE.>", barrier} {
+		_, err := nc.ChanSubscribe(subj, msgs)
+		require.NoError(t, err)
+	}
 	require.NoError(t, nc.Flush())
-	// The server routed each update request to sub before answering it, and the answer to a
-	// flush after them: once the flush returns, every update is among sub's pending messages.
 	updated := func() []string {
 		t.Helper()
-		require.NoError(t, nc.Flush())
+		require.NoError(t, bus.Conn().Publish(barrier, nil))
 		var streams []string
 		for {
-			m, err := sub.NextMsg(0)
-			if err != nil {
-				return streams
+			select {
+			case m := <-msgs:
+				if m.Subject == barrier {
+					return streams
+				}
+				streams = append(streams, strings.TrimPrefix(m.Subject, "$JS.API.STREAM.UPDATE."))
+			case <-time.After(10 * time.Second):
+				t.Fatal("the barrier never arrived")
 			}
-			streams = append(streams, strings.TrimPrefix(m.Subject, "$JS.API.STREAM.UPDATE."))
 		}
 	}
 

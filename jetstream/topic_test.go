@@ -24,22 +24,35 @@ func TestEnsureTopicUpdatesOnlyChanges(t *testing.T) {
 	ctx := context.Background()
 	stream := jetbus.StreamName("orders")
 
-	// The updates the server receives, seen by a plain subscriber of its API subject.
+	// The updates the server receives, seen by a plain subscriber of its API subject. The
+	// server may answer a request before it has routed it to every other subscriber; it routes
+	// one connection's messages in order, though: once a barrier published on the bus's
+	// connection after them reaches the subscriber, every update the bus sent before has too.
 	nc, err := nats.Connect(s.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	sub, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE." + stream)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	const barrier = "test.barrier"
+	msgs := make(chan *nats.Msg, 1024)
+	for _, subj := range []string{"$JS.API.STREAM.UPDATE." + stream, barrier} {
+		_, err := nc.ChanSubscribe(subj, msgs)
+		require.NoError(t, err)
+	}
 	require.NoError(t, nc.Flush())
-	// The server routed each update request to sub before answering it, and the answer to a
-	// flush after them: once the flush returns, every update is among sub's pending messages.
+	seen := 0
 	updates := func() int {
 		t.Helper()
-		require.NoError(t, nc.Flush())
-		n, _, err := sub.Pending()
-		require.NoError(t, err)
-		return n
+		require.NoError(t, b.Conn().Publish(barrier, nil))
+		for {
+			select {
+			case m := <-msgs:
+				if m.Subject == barrier {
+					return seen
+				}
+				seen++
+			case <-time.After(10 * time.Second):
+				t.Fatal("the barrier never arrived")
+			}
+		}
 	}
 
 	cfg := jbjs.TopicConfig{Name: "orders", Partitions: 2, MaxAge: time.Hour}
