@@ -84,6 +84,7 @@ func TestFireAndForgetGarbage(t *testing.T) {
 		t.Run(gb.name, func(t *testing.T) {
 			l := letters[gb.code+" "+gb.subject+" "+gb.body]
 			require.NotNil(t, l, "a dead letter with the code first and the body kept: %v", keys(letters))
+			assert.False(t, strings.HasPrefix(l.Error, gb.code+": "+gb.code+": "), "the code once: %q", l.Error)
 			assert.Equal(t, dlq.ReasonIngress, l.Reason)
 			assert.Equal(t, "ingress", l.Group)
 			assert.True(t, l.Rejected())

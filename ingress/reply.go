@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -112,7 +113,14 @@ type refusal struct {
 	details map[string]any
 }
 
-func (r *refusal) Error() string { return string(r.code) + ": " + r.msg }
+// Error is the code, then the message: "too_large: payload of …". A message that already
+// begins with its code (a schema error's "schema: payload does not validate …") keeps it once.
+func (r *refusal) Error() string {
+	if p := string(r.code) + ": "; !strings.HasPrefix(r.msg, p) {
+		return p + r.msg
+	}
+	return r.msg
+}
 
 func refuse(code Code, details map[string]any, format string, args ...any) *refusal {
 	if details == nil {
