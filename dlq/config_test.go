@@ -1,11 +1,9 @@
 package dlq_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -99,36 +97,7 @@ func TestOpenUpdatesOnlyChanges(t *testing.T) {
 		require.NoError(t, q.Close())
 	}
 
-	// The updates the server receives, seen by a plain subscriber of the API's subjects. The
-	// server may answer a request before it has routed it to every other subscriber; it routes
-	// one connection's messages in order, though: once a barrier published on the bus's
-	// connection after them reaches the subscriber, every update the bus sent before has too.
-	nc, err := nats.Connect(s.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	const barrier = "test.barrier"
-	msgs := make(chan *nats.Msg, 1024)
-	for _, subj := range []string{"$JS.API.STREAM.UPDATE.>", barrier} {
-		_, err := nc.ChanSubscribe(subj, msgs)
-		require.NoError(t, err)
-	}
-	require.NoError(t, nc.Flush())
-	updated := func() []string {
-		t.Helper()
-		require.NoError(t, bus.Conn().Publish(barrier, nil))
-		var streams []string
-		for {
-			select {
-			case m := <-msgs:
-				if m.Subject == barrier {
-					return streams
-				}
-				streams = append(streams, strings.TrimPrefix(m.Subject, "$JS.API.STREAM.UPDATE."))
-			case <-time.After(10 * time.Second):
-				t.Fatal("the barrier never arrived")
-			}
-		}
-	}
+	updated := embeddedtest.StreamUpdates(t, s.ClientURL(), bus.Conn())
 
 	cfg := dlq.Config{Parking: true}
 	open(cfg)
@@ -145,7 +114,7 @@ func TestOpenUpdatesOnlyChanges(t *testing.T) {
 	assert.Equal(t, []string{dlq.RejectsStreamName}, updated())
 
 	// A bucket changed behind the Queue's back is set back, alone.
-	_, err = js.UpdateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: dlq.ParkBucket, History: 1, Description: "changed"})
+	_, err := js.UpdateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: dlq.ParkBucket, History: 1, Description: "changed"})
 	require.NoError(t, err)
 	require.Len(t, updated(), 1)
 	open(cfg)

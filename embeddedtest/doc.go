@@ -10,5 +10,6 @@
 // test, collects its output, stops it by a signal (Process.Stop, Process.Kill) and kills it
 // when the test ends; TestMain and ChildCommand make the test binary, re-executed, the program
 // itself (its main). SyncBuffer is the buffer such output is polled from, and Poll the one
-// deadline-bound wait.
+// deadline-bound wait. StreamUpdates lists the stream updates a connection sent, for tests of
+// what a process asks of JetStream.
 package embeddedtest
