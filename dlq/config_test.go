@@ -1,6 +1,7 @@
 package dlq_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +127,31 @@ func TestOpenUpdatesOnlyChanges(t *testing.T) {
 	assert.NotEqual(t, "changed", st.Config().Description)
 	open(cfg)
 	assert.Empty(t, updated())
+}
+
+// TestOpenConcurrentCreates: bridges that open the DLQ at once, each with another MaxAge, all
+// open it: a create that meets "already in use" (another bridge's stream or bucket, created
+// between the look and the create) looks again and updates.
+func TestOpenConcurrentCreates(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	const processes = 4
+	start := make(chan struct{})
+	errs := make([]error, processes)
+	var wg sync.WaitGroup
+	for i := range processes {
+		js := embeddedtest.Bus(t, s.ClientURL()).JetStream()
+		wg.Go(func() {
+			<-start
+			q, err := dlq.Open(t.Context(), js, dlq.Config{Parking: true, MaxAge: time.Duration(i+1) * time.Hour})
+			if err == nil {
+				err = q.Close()
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		assert.NoError(t, err, "bridge %d", i)
+	}
 }

@@ -318,42 +318,46 @@ func (q *Queue) Ensure(ctx context.Context) error {
 // Attaching never asks for an update: a NATS user that may create but not update the DLQ's
 // streams (the projector's, deploy/nats/auth.conf) can attach.
 func (q *Queue) ensureStream(ctx context.Context, cfg natsjs.StreamConfig) error {
-	s, err := q.js.Stream(ctx, cfg.Name)
-	switch {
-	case errors.Is(err, natsjs.ErrStreamNotFound):
-		_, err = q.js.CreateStream(ctx, cfg)
-		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
-			return q.ensureStream(ctx, cfg) // created meanwhile by another process
+	for try := 1; ; try++ {
+		s, err := q.js.Stream(ctx, cfg.Name)
+		switch {
+		case errors.Is(err, natsjs.ErrStreamNotFound):
+			_, err = q.js.CreateStream(ctx, cfg)
+			if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) && try < streamcfg.CreateTries {
+				continue // created meanwhile by another process: look again
+			}
+			return err
+		case err != nil || q.cfg.Attach || streamcfg.Holds(s.CachedInfo().Config, cfg):
+			return err
 		}
-		return err
-	case err != nil || q.cfg.Attach || streamcfg.Holds(s.CachedInfo().Config, cfg):
+		_, err = q.js.UpdateStream(ctx, cfg)
 		return err
 	}
-	_, err = q.js.UpdateStream(ctx, cfg)
-	return err
 }
 
 // ensureBucket is ensureStream for a bucket.
 func (q *Queue) ensureBucket(ctx context.Context, cfg natsjs.KeyValueConfig) (natsjs.KeyValue, error) {
-	kv, err := q.js.KeyValue(ctx, cfg.Bucket)
-	switch {
-	case errors.Is(err, natsjs.ErrBucketNotFound):
-		kv, err = q.js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, natsjs.ErrBucketExists) {
-			return q.ensureBucket(ctx, cfg) // created meanwhile by another process
+	for try := 1; ; try++ {
+		kv, err := q.js.KeyValue(ctx, cfg.Bucket)
+		switch {
+		case errors.Is(err, natsjs.ErrBucketNotFound):
+			kv, err = q.js.CreateKeyValue(ctx, cfg)
+			if errors.Is(err, natsjs.ErrBucketExists) && try < streamcfg.CreateTries {
+				continue // created meanwhile by another process: look again
+			}
+			return kv, err
+		case err != nil || q.cfg.Attach:
+			return kv, err
 		}
-		return kv, err
-	case err != nil || q.cfg.Attach:
-		return kv, err
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if streamcfg.BucketHolds(st.Config(), cfg) {
+			return kv, nil
+		}
+		return q.js.UpdateKeyValue(ctx, cfg)
 	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if streamcfg.BucketHolds(st.Config(), cfg) {
-		return kv, nil
-	}
-	return q.js.UpdateKeyValue(ctx, cfg)
 }
 
 // MaxRejectBody is Config.Rejects.MaxBody: the body kept of a message ingress refused (0:

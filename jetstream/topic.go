@@ -160,13 +160,22 @@ func (b *Bus) EnsureTopic(ctx context.Context, cfg TopicConfig) error {
 func (b *Bus) ensureTopic(ctx context.Context, cfg TopicConfig) error {
 	sc := cfg.streamConfig()
 	s, err := b.js.Stream(ctx, sc.Name)
-	switch {
-	case errors.Is(err, natsjs.ErrStreamNotFound):
-		if _, err := b.js.CreateStream(ctx, sc); err != nil && !errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("jetbus: create topic %s: %w", cfg.Name, retry.Opaque(err))
-		} else if err != nil {
-			return b.ensureTopic(ctx, cfg) // created concurrently: update instead
+	created := false
+	for try := 1; errors.Is(err, natsjs.ErrStreamNotFound); try++ {
+		_, err = b.js.CreateStream(ctx, sc)
+		if err == nil {
+			created = true
+			break
 		}
+		if !errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) || try == streamcfg.CreateTries {
+			return fmt.Errorf("jetbus: create topic %s: %w", cfg.Name, retry.Opaque(err))
+		}
+		// Created meanwhile by another process with another configuration: check it and
+		// update it instead.
+		s, err = b.js.Stream(ctx, sc.Name)
+	}
+	switch {
+	case created:
 	case err != nil:
 		return fmt.Errorf("jetbus: topic %s: %w", cfg.Name, retry.Opaque(err))
 	default:

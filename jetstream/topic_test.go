@@ -2,6 +2,8 @@ package jetstream_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,4 +67,43 @@ func TestEnsureTopicUpdatesOnlyChanges(t *testing.T) {
 	n, err := b.Partitions(ctx, "orders")
 	require.NoError(t, err)
 	assert.Equal(t, 3, n)
+}
+
+// TestEnsureTopicConcurrentCreates: processes that create one topic at once, each with another
+// partition count, all end with an answer: the winner's create, the others' look again (their
+// create met "already in use") and an update, or the refusal to shrink. None sees the create's
+// conflict, and the topic ends as one of them asked.
+func TestEnsureTopicConcurrentCreates(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	const processes = 5
+	buses := make([]*jbjs.Bus, processes)
+	for i := range buses {
+		buses[i] = embeddedtest.Bus(t, s.ClientURL())
+	}
+	for round := range 4 {
+		topic := fmt.Sprintf("race%d", round)
+		start := make(chan struct{})
+		errs := make([]error, processes)
+		var wg sync.WaitGroup
+		for i, b := range buses {
+			wg.Go(func() {
+				<-start
+				errs[i] = b.EnsureTopic(t.Context(), jbjs.TopicConfig{Name: topic, Partitions: i + 1})
+			})
+		}
+		close(start)
+		wg.Wait()
+		ok := map[int]bool{}
+		for i, err := range errs {
+			if err == nil {
+				ok[i+1] = true
+			} else {
+				require.ErrorIs(t, err, jbjs.ErrInvalidConfig, "process %d", i)
+			}
+		}
+		require.True(t, ok[processes], "the largest partition count is never refused")
+		n, err := embeddedtest.Bus(t, s.ClientURL()).Partitions(t.Context(), topic)
+		require.NoError(t, err)
+		assert.True(t, ok[n], "the topic has %d partitions, which no successful process asked for", n)
+	}
 }

@@ -1,7 +1,8 @@
 // Package streamcfg holds the rule the packages that update their JetStream streams and
 // buckets at start (jetstream's topics, the DLQ) follow: ask the server for an update only
 // when the stream lacks what is asked for. (The other buckets jetbus uses are created once and
-// never updated.)
+// never updated.) And how often they look again when their create meets a stream another
+// process created meanwhile (CreateTries).
 //
 // An update is a proposal to the stream's replicas, and nats-server 2.15.2 reads a stream's
 // configuration without its lock while it creates a consumer on it: an update sent at every
@@ -14,6 +15,12 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
+
+// CreateTries bounds how often a package looks at a stream or bucket again after its create
+// met "already in use" (another process created it between the look and the create). One more
+// look is the usual case; a stream others delete and create again, over and over, ends in the
+// create's error rather than a loop.
+const CreateTries = 3
 
 // Holds reports whether have (a stream's configuration as the server reports it) already holds
 // every field want sets. want's zero values stand for the server's defaults: no limit for
