@@ -15,3 +15,11 @@ func SetReplayChunk(n int) func() {
 	chunkLetters = n
 	return func() { chunkLetters = old }
 }
+
+// SetMaxBlockedKeys sets how many failed keys a replay remembers, for a test, and returns a
+// func restoring it.
+func SetMaxBlockedKeys(n int) func() {
+	old := maxBlockedKeys
+	maxBlockedKeys = n
+	return func() { maxBlockedKeys = old }
+}

@@ -48,3 +48,31 @@ func TestHoldBackIsPerGroupTopicAndKey(t *testing.T) {
 		})
 	}
 }
+
+// TestTooManyFailedKeysStopsTheReplay: a replay remembers at most MaxBlockedKeys failed keys
+// (so as to hold back their later letters); the failure of one more stops it with
+// ErrTooManyFailures, every letter kept, no letter started after it. Once the cause is fixed, a
+// replay replays them all.
+func TestTooManyFailedKeysStopsTheReplay(t *testing.T) {
+	defer dlq.SetReplayChunk(1)() // one letter at a time: the stop is after the fourth
+	defer dlq.SetMaxBlockedKeys(3)()
+	e := newEnv(t, dlq.Config{})
+	e.topic("a", 1)
+	e.storeLetters("a", 0, 10, 10) // keys k0…k9
+	rep, err := e.q.Replay(t.Context(), e.bus, dlq.ReplayOptions{
+		Transform: func(*dlq.Letter) (json.RawMessage, error) { return nil, errors.New("still broken") },
+	})
+	require.ErrorIs(t, err, dlq.ErrTooManyFailures)
+	assert.ErrorContains(t, err, "more than 3 keys")
+	assert.Zero(t, rep.Replayed)
+	assert.Equal(t, 4, rep.FailedCount, "three keys remembered, the fourth stops it")
+	left, err := e.q.List(t.Context(), dlq.Filter{}, 0)
+	require.NoError(t, err)
+	require.Len(t, left, 10, "no letter lost")
+	assert.Equal(t, left[0].Position(), rep.Resume, "go on from the first failure")
+	assert.Equal(t, left[3].Position(), rep.Last, "no letter started after the fourth")
+
+	rep, err = e.q.Replay(t.Context(), e.bus, dlq.ReplayOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 10, rep.Replayed)
+}

@@ -106,6 +106,9 @@ const (
 // chunkLetters is ReplayChunk, a variable for the tests.
 var chunkLetters = ReplayChunk
 
+// maxBlockedKeys is MaxBlockedKeys, a variable for the tests.
+var maxBlockedKeys = MaxBlockedKeys
+
 // releaseBatch is how many replayed keys are checked for release at once (one scan of the
 // DLQ's headers for all of them); with parking on. A variable for the tests.
 var releaseBatch = 10_000
@@ -429,10 +432,10 @@ func (r *replayer) one(ctx context.Context, l *Letter) result {
 	}
 	if err != nil && l.Key != "" && !blocked {
 		r.mu.Lock()
-		if len(r.blocked) < MaxBlockedKeys {
+		if len(r.blocked) < maxBlockedKeys {
 			r.blocked[gk] = struct{}{}
 		} else if r.stopped == nil {
-			r.stopped = fmt.Errorf("%w: letters of more than %d keys failed; fix the cause or discard them, then replay again", ErrTooManyFailures, MaxBlockedKeys)
+			r.stopped = fmt.Errorf("%w: letters of more than %d keys failed; fix the cause or discard them, then replay again", ErrTooManyFailures, maxBlockedKeys)
 		}
 		r.mu.Unlock()
 	}
