@@ -91,7 +91,12 @@ func TestCopyExisting(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	f := e.start(changefeed.Config{Name: "copy", Collection: "items", Topic: "copy.items", Start: changefeed.StartCopyExisting,
 		CopyBatchSize: 20, MaxInFlight: 10}, changefeed.WithRegisterer(reg))
-	// Changes during the copy.
+	// Changes during the copy, once it began: the copy saves its position, with the stream's
+	// start point, before it reads a document. (A change made before that is no change during
+	// the copy: the copy reads its result, and the stream never sees it — on a loaded machine
+	// the feed's start could come after every change below.)
+	require.Eventually(t, func() bool { return savedPosition(t, e.bus.JetStream(), "copy") != nil },
+		30*time.Second, 5*time.Millisecond, "the copy begins")
 	for i := range 50 {
 		_, err := coll.UpdateByID(ctx, int32(i), bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: "changed"}}}})
 		require.NoError(t, err)
