@@ -67,6 +67,14 @@ type partConsumer struct {
 	held   []*pulled
 }
 
+// pullHeartbeat is how often the server tells a waiting pull that it is alive; nats.go takes
+// the pull for lost after two intervals without a word, and the partition pulls again. A pull
+// that met no one is found only so: one sent while an R3 consumer has no leader (just created,
+// or electing) is answered "no responders", which nats.go's iterator takes as a pull still
+// waiting and does not report. nats.go's default for a 30 s pull is 15 s: such a partition
+// stood still for 30 s. As for unordered pulls (unorderedHeartbeat), 5 s: within 10 s.
+const pullHeartbeat = 5 * time.Second
+
 func (pc *partConsumer) stopIter() {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
@@ -158,6 +166,7 @@ func (pc *partConsumer) run() {
 		it, err := pc.cons.Messages(
 			natsjs.PullMaxMessages(pc.win.size),
 			natsjs.PullPriorityGroup(jetbus.PriorityGroup),
+			natsjs.PullHeartbeat(pullHeartbeat),
 		)
 		if err != nil {
 			pc.log.Warn("pull failed", "err", err)
