@@ -72,8 +72,8 @@ type partConsumer struct {
 // that met no one is found only so: one sent while an R3 consumer has no leader (just created,
 // or electing) is answered "no responders", which nats.go's iterator takes as a pull still
 // waiting and does not report. nats.go's default for a 30 s pull is 15 s: such a partition
-// stood still for 30 s. As for unordered pulls (unorderedHeartbeat), 5 s: within 10 s.
-const pullHeartbeat = 5 * time.Second
+// stood still for 30 s. The unordered pull's interval (5 s): within 10 s.
+const pullHeartbeat = unorderedHeartbeat
 
 func (pc *partConsumer) stopIter() {
 	pc.mu.Lock()
