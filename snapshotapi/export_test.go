@@ -53,3 +53,14 @@ func (s *Server) PauseDrainers() (resume func()) {
 		close(g)
 	}
 }
+
+// PauseSwitches holds every watch's switch to a new generation after it read what differs
+// and before it moves the watch, until resume is called; held counts the switches held.
+func (s *Server) PauseSwitches() (held func() int, resume func()) {
+	g := make(chan struct{})
+	s.switchPause.Store(&g)
+	return func() int { return int(s.switchesHeld.Load()) }, func() {
+		s.switchPause.Store(nil)
+		close(g)
+	}
+}

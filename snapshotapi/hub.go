@@ -398,8 +398,24 @@ func (s *Server) drainGate(ctx context.Context) bool {
 	if g == nil {
 		return true
 	}
+	return waitGate(ctx, *g)
+}
+
+// switchGate is drainGate for a switch about to move its watch (PauseSwitches).
+func (s *Server) switchGate(ctx context.Context) bool {
+	g := s.switchPause.Load()
+	if g == nil {
+		return true
+	}
+	s.switchesHeld.Add(1)
+	defer s.switchesHeld.Add(-1)
+	return waitGate(ctx, *g)
+}
+
+// waitGate waits until g is closed (true) or ctx ends (false).
+func waitGate(ctx context.Context, g chan struct{}) bool {
 	select {
-	case <-*g:
+	case <-g:
 		return true
 	case <-ctx.Done():
 		return false

@@ -21,7 +21,7 @@ import (
 //	snapshotapi_watch_streams                          MongoDB change streams open for watches: one per watched collection, and one per watch catching up
 //	snapshotapi_watch_events_total{view,event}         events sent to watches: upsert, delete, synced
 //	snapshotapi_watch_ends_total{view,reason}          watches the server ended: overflow, stalled (a write past its deadline), expired, unavailable, shutdown
-//	snapshotapi_watch_catchups_total{view,reason}      watches that read a change stream of their own: resumed (from a position older than the changes kept), behind (their drainer, not their client, fell behind the changes kept)
+//	snapshotapi_watch_catchups_total{view,reason}      watches that read a change stream of their own: resumed (from a position older than the changes kept), behind (their drainer, not their client, fell behind the changes kept), switched (following a rebuild's switch, from a time the new generation's changes kept no longer reach)
 //	snapshotapi_watch_catchups_waiting                 watches waiting for a place among the catch-ups (Config.MaxCatchUps)
 //
 // The 304 ratio is snapshotapi_conditional_requests_total{result="not_modified"} over the

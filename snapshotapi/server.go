@@ -117,8 +117,11 @@ type Server struct {
 	ringBytes   int64         // and Config.WatchWindowBytes
 	catchups    *catchUps
 	watchers    atomic.Int64
-	// drainPause, set by a test (PauseDrainers), holds every drainer until it is closed.
-	drainPause atomic.Pointer[chan struct{}]
+	// drainPause, set by a test (PauseDrainers), holds every drainer until it is closed;
+	// switchPause (PauseSwitches) every switch before it moves a watch to the new generation,
+	// switchesHeld counting them.
+	drainPause, switchPause atomic.Pointer[chan struct{}]
+	switchesHeld            atomic.Int32
 }
 
 // New returns the API over cfg's views. It does no I/O.

@@ -338,7 +338,14 @@ func (w *watcher) trySwitch(old, cur string) (bool, error) {
 // moveTo gives the client a switch's messages, then reads generation cur from its position
 // at ts on. It opens what reads cur first: when that fails, nothing was given and the watch
 // is where it was, so that the switch can be tried again without sending anything twice.
+// When cur's hub does not hold ts any more, w reads cur from ts on a change stream of its
+// own, as a resumed watch does: it takes a place among the catch-ups (Config.MaxCatchUps)
+// for it, and when none is free it waits its turn after giving the messages (its drainer
+// opens the stream then, or ends the watch if it cannot).
 func (w *watcher) moveTo(cur string, ts bson.Timestamp, msgs []*change) error {
+	if !w.s.switchGate(w.ctx) {
+		return w.ctx.Err()
+	}
 	to := allAt(w.v.Database, cur, ts)
 	h, err := w.s.acquireHub(w.ctx, to)
 	if err != nil {
@@ -346,9 +353,19 @@ func (w *watcher) moveTo(cur string, ts bson.Timestamp, msgs []*change) error {
 	}
 	var src *changeSource
 	cursor, inRing := h.seek(to)
-	if !inRing {
+	slot := !inRing && w.s.catchups.tryAcquire()
+	undo := func() {
+		if src != nil {
+			src.close(w.ctx)
+		}
+		if slot {
+			w.s.catchups.release()
+		}
+		h.release()
+	}
+	if slot {
 		if src, err = w.s.openSource(w.ctx, to); err != nil {
-			h.release()
+			undo()
 			return err
 		}
 	}
@@ -359,10 +376,7 @@ func (w *watcher) moveTo(cur string, ts bson.Timestamp, msgs []*change) error {
 			kind = diffKind(ch)
 		}
 		if err := w.put(ch, kind); err != nil {
-			if src != nil {
-				src.close(w.ctx)
-			}
-			h.release()
+			undo()
 			return err
 		}
 	}
@@ -371,6 +385,13 @@ func (w *watcher) moveTo(cur string, ts bson.Timestamp, msgs []*change) error {
 	w.joinTS = bson.Timestamp{} // what the client holds is exact again
 	w.setProcessed(to)
 	w.cursor, w.src = cursor, src
+	switch {
+	case slot:
+		w.slot = true
+		w.ws.caughtUp("switched")
+	case !inRing:
+		w.catchFrom, w.catchWhy, w.queued = to, "switched", true
+	}
 	return nil
 }
 

@@ -194,9 +194,10 @@ type watcher struct {
 	cursor uint64
 	// queued: w is to catch up on a change stream of its own from catchFrom once it has a
 	// place among the catch-ups (slot: it holds one); rejoin: because its drainer fell behind
-	// the ring, not its client.
+	// the ring, not its client; catchWhy: the reason counted when it opens that stream.
 	queued, slot, rejoin bool
 	catchFrom            streamPos
+	catchWhy             string
 
 	mu        sync.Mutex
 	pending   map[string]*list.Element
@@ -237,7 +238,7 @@ func (w *watcher) attach(ctx context.Context, h *hub) error {
 		w.cursor = c
 		return nil
 	}
-	w.catchFrom = w.from
+	w.catchFrom, w.catchWhy = w.from, "resumed"
 	if !w.s.catchups.tryAcquire() {
 		w.queued = true
 		return nil
@@ -268,9 +269,7 @@ func (w *watcher) openCatchUp() bool {
 		return false
 	}
 	w.slot, w.queued = true, false
-	reason := "resumed"
 	if w.rejoin {
-		reason = "behind"
 		// Changes up to now may follow updates skipped before catchFrom, which this
 		// stream will not see: their changed fields are unknown to it (as for a resume).
 		ts, err := w.s.clusterTime(w.ctx)
@@ -290,7 +289,7 @@ func (w *watcher) openCatchUp() bool {
 		return false
 	}
 	w.src = src
-	w.ws.caughtUp(reason)
+	w.ws.caughtUp(w.catchWhy)
 	return true
 }
 
@@ -442,7 +441,7 @@ func (w *watcher) drainRing() bool {
 			w.mu.Lock()
 			w.catchFrom = w.processed // every change up to it was offered, none after
 			w.mu.Unlock()
-			w.queued, w.rejoin = true, true
+			w.queued, w.rejoin, w.catchWhy = true, true, "behind"
 			return true
 		}
 		i := 0

@@ -3,6 +3,7 @@ package snapshotapi_test
 import (
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -205,4 +206,67 @@ func TestWatchSlowCatchUpGivesWay(t *testing.T) {
 		require.Greater(t, k, last, "in order")
 		last = k
 	}
+}
+
+// TestWatchSwitchCatchUpBounded: a watch following a rebuild's switch, when the new
+// generation's hub no longer holds the switch's time, reads that generation on a change
+// stream of its own: it takes a place among the catch-ups for it like any other, so that
+// Config.MaxCatchUps bounds those streams too (here the slow catch-up holding the only place
+// is cut off to make room), and it goes on with the new generation's changes.
+func TestWatchSwitchCatchUpBounded(t *testing.T) {
+	t.Cleanup(snapshotapi.SetHubRing(5))
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
+		c.MaxCatchUps = 1
+		c.WatchBuffer = 2
+		c.RequestTimeout = time.Minute
+	}))
+	a.set("orders", "a", 1, nil)
+	a.set("orders-g2", "a", 1, nil)
+	s := a.watch("/v1/views/orders?watch=true")
+	require.Equal(t, "upsert", s.next().event)
+	synced := s.next()
+	require.Equal(t, "synced", synced.event)
+	s.close()           // its hub lingers, reading on
+	for k := range 30 { // about 16 KiB each: more than the sockets hold
+		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{pad})
+		a.set("orders-g2", fmt.Sprintf("k%02d", k), 1, nil) // the rebuild, caught up
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 30 }, "the hub read on past what it keeps")
+	follower := a.watch("/v1/views/orders?watch=true")
+	for e := follower.next(); e.event != "synced"; e = follower.next() {
+		require.Equal(t, "upsert", e.event)
+	}
+
+	// The only place among the catch-ups, held by a client that reads nothing.
+	conn, body := a.rawConn("/v1/views/orders?watch=true&since=" + synced.id)
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(16<<10))
+	startPaused(t, body)
+	waitBlocked(t, a)
+
+	held, resume := a.srv.PauseSwitches()
+	a.switchTo("orders-g2", 2)
+	eventually(t, func() bool { return held() == 1 }, "the follower read what differs and is about to move")
+	// Meanwhile the new generation's hub reads on past the switch's time.
+	fresh := a.watch("/v1/views/orders?watch=true")
+	for e := fresh.next(); e.event != "synced"; e = fresh.next() {
+	}
+	fresh.close() // its hub lingers, reading on
+	for k := range 10 {
+		a.set("orders-g2", fmt.Sprintf("n%02d", k), 1, nil)
+	}
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders-g2") == 10 }, "the new hub read on")
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_ends_total"))
+
+	resume()
+	eventually(t, func() bool { return metricSum(t, a, "snapshotapi_watch_ends_total") == 1 },
+		"the slow catch-up is cut off: the follower waits for its place")
+	for e := follower.block(10 * time.Second); !slices.Contains(e.comments, "generation switched"); e = follower.block(10 * time.Second) {
+	}
+	for k := range 10 {
+		e := follower.next()
+		require.Equal(t, "upsert", e.event, "%s", e.data)
+		require.Equal(t, fmt.Sprintf("n%02d", k), e.payload(t).Key)
+	}
+	assert.Equal(t, 1.0, metric(t, a, "snapshotapi_watch_catchups_total", "switched", "orders"))
+	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_catchups_waiting"))
 }
