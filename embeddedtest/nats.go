@@ -1,10 +1,12 @@
 package embeddedtest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,28 +28,101 @@ func ServerOptions(dir string) *server.Options {
 	}
 }
 
-// StartServer starts a nats-server with opts and waits until it accepts connections.
+// StartServer starts a nats-server with opts and waits until it accepts connections. A port
+// it cannot listen on (taken) is an error at once, wrapping ErrPortTaken.
 func StartServer(opts *server.Options) (*server.Server, error) {
-	return startServer(opts, nil)
+	return startServer(opts, nil, false)
 }
 
-// startServer is StartServer with configure (when not nil) applied before the server starts.
-func startServer(opts *server.Options, configure func(*server.Server)) (*server.Server, error) {
+// ErrPortTaken: a server could not listen on a port of its options.
+var ErrPortTaken = errors.New("embeddedtest: port taken")
+
+// startServer is StartServer logging to logger (when not nil), with protocol traces if trace.
+func startServer(opts *server.Options, logger server.Logger, trace bool) (*server.Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embeddedtest: new server: %w", err)
 	}
-	if configure != nil {
-		configure(s)
-	}
+	// nats-server logs a port it cannot listen on as fatal and goes on without that listener,
+	// never ready: the fatal log line ends the wait.
+	fatal := &fatalLog{next: logger}
+	s.SetLoggerV2(fatal, false, trace, false)
 	go s.Start()
 	// Generous: a node of a cluster with JetStream, on a machine loaded by other suites,
 	// took more than 10 s once.
-	if !s.ReadyForConnections(30 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embeddedtest: server not ready within 30s")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready := s.ReadyForConnections(100 * time.Millisecond)
+		if err := fatal.get(); err != nil {
+			s.Shutdown()
+			return nil, err
+		}
+		if ready {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			return nil, fmt.Errorf("embeddedtest: server not ready within 30s")
+		}
 	}
-	return s, nil
+}
+
+// fatalLog keeps the first fatal line a server logs, and passes every line on to next (when
+// not nil).
+type fatalLog struct {
+	next server.Logger
+	mu   sync.Mutex
+	err  error
+}
+
+func (l *fatalLog) get() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = fmt.Errorf("embeddedtest: server: "+format, v...)
+		if strings.HasPrefix(format, "Error listening on") {
+			l.err = fmt.Errorf("%w: %w", ErrPortTaken, l.err)
+		}
+	}
+	l.mu.Unlock()
+	if l.next != nil {
+		l.next.Fatalf(format, v...)
+	}
+}
+
+func (l *fatalLog) Noticef(format string, v ...any) {
+	if l.next != nil {
+		l.next.Noticef(format, v...)
+	}
+}
+
+func (l *fatalLog) Warnf(format string, v ...any) {
+	if l.next != nil {
+		l.next.Warnf(format, v...)
+	}
+}
+
+func (l *fatalLog) Errorf(format string, v ...any) {
+	if l.next != nil {
+		l.next.Errorf(format, v...)
+	}
+}
+
+func (l *fatalLog) Debugf(format string, v ...any) {
+	if l.next != nil {
+		l.next.Debugf(format, v...)
+	}
+}
+
+func (l *fatalLog) Tracef(format string, v ...any) {
+	if l.next != nil {
+		l.next.Tracef(format, v...)
+	}
 }
 
 // NATS starts a single nats-server with JetStream, stored in t.TempDir(), on a random
@@ -119,51 +194,71 @@ func Cluster(t testing.TB, n int, opts ...ClusterOption) *ClusterT {
 	if n < 1 {
 		t.Fatalf("embeddedtest: cluster of %d", n)
 	}
-	ports := freePorts(t, n)
-	routes := make([]string, n)
-	for i, p := range ports {
-		routes[i] = "nats-route://127.0.0.1:" + strconv.Itoa(p)
-	}
 	c := &ClusterT{t: t}
 	for _, o := range opts {
 		o(&c.cfg)
 	}
 	base := t.TempDir()
-	for i := range n {
-		o := ServerOptions(filepath.Join(base, fmt.Sprintf("n%d", i)))
-		o.ServerName = fmt.Sprintf("n%d", i)
-		o.Cluster.Name = "jetbus-test"
-		o.Cluster.Host = "127.0.0.1"
-		o.Cluster.Port = ports[i]
-		o.Routes = server.RoutesFromStr(joinExcept(routes, i))
-		if c.cfg.users != nil {
-			o.Users = (&server.Options{Users: c.cfg.users}).Clone().Users // a copy per node
+	for try := 1; ; try++ {
+		err := c.startNodes(t, n, filepath.Join(base, strconv.Itoa(try)))
+		if err == nil {
+			break
 		}
-		c.opts = append(c.opts, o)
-	}
-	c.servers = make([]*server.Server, n)
-	for i, o := range c.opts {
-		s, err := c.start(o)
-		if err != nil {
-			c.shutdown()
+		// Another process may listen on a port between its choice and the node's start:
+		// choose the ports again.
+		if !errors.Is(err, ErrPortTaken) || try == 3 {
 			t.Fatal(err)
 		}
-		c.servers[i] = s
-		// Keep the client port across restarts.
-		o.Port = s.Addr().(*net.TCPAddr).Port
+		t.Logf("embeddedtest: cluster start, try %d: %v", try, err)
 	}
 	t.Cleanup(c.shutdown)
 	c.WaitForMetaLeader()
 	return c
 }
 
+// startNodes starts n nodes stored under base, on ports chosen now: each node's client
+// and cluster ports are chosen together, all distinct, so that no node listens on a port
+// chosen for another. Nodes keep their ports across restarts. On an error, the nodes
+// started are stopped.
+func (c *ClusterT) startNodes(t testing.TB, n int, base string) error {
+	ports := freePorts(t, 2*n) // client ports, then cluster ports, all distinct
+	routes := make([]string, n)
+	for i := range n {
+		routes[i] = "nats-route://127.0.0.1:" + strconv.Itoa(ports[n+i])
+	}
+	c.opts, c.servers = nil, make([]*server.Server, n)
+	for i := range n {
+		o := ServerOptions(filepath.Join(base, fmt.Sprintf("n%d", i)))
+		o.ServerName = fmt.Sprintf("n%d", i)
+		o.Port = ports[i]
+		o.Cluster.Name = "jetbus-test"
+		o.Cluster.Host = "127.0.0.1"
+		o.Cluster.Port = ports[n+i]
+		o.Routes = server.RoutesFromStr(joinExcept(routes, i))
+		if c.cfg.users != nil {
+			o.Users = (&server.Options{Users: c.cfg.users}).Clone().Users // a copy per node
+		}
+		c.opts = append(c.opts, o)
+	}
+	for i, o := range c.opts {
+		s, err := c.start(o)
+		if err != nil {
+			c.shutdown()
+			return err
+		}
+		c.mu.Lock()
+		c.servers[i] = s
+		c.mu.Unlock()
+	}
+	return nil
+}
+
 // start starts a node with opts, logging to the cluster's logger.
 func (c *ClusterT) start(opts *server.Options) (*server.Server, error) {
-	if c.cfg.logger == nil {
-		return StartServer(opts)
+	if c.cfg.logger != nil {
+		opts.NoLog = false
 	}
-	opts.NoLog = false
-	return startServer(opts, func(s *server.Server) { s.SetLoggerV2(c.cfg.logger, false, c.cfg.trace, false) })
+	return startServer(opts, c.cfg.logger, c.cfg.trace)
 }
 
 func joinExcept(routes []string, skip int) string {
@@ -180,7 +275,11 @@ func joinExcept(routes []string, skip int) string {
 	return out
 }
 
-func freePorts(t testing.TB, n int) []int {
+// freePorts chooses n distinct loopback ports nobody listens on now (a variable for a test).
+var freePorts = pickPorts
+
+// pickPorts is freePorts.
+func pickPorts(t testing.TB, n int) []int {
 	t.Helper()
 	ports := make([]int, n)
 	ls := make([]net.Listener, n)
