@@ -276,6 +276,15 @@ func TestNATSUsers(t *testing.T) {
 	for _, subject := range []string{"_INBOX_projector.x", "_INBOX_producer.x"} {
 		assert.False(t, canPublish(bridge, subject), "bridge: publish %s (only as an answer to a request)", subject)
 	}
+	// A projector's answers to probes, also after it moved to another node (where
+	// allow_responses no longer knows the probe): into projectors' inboxes, nobody else's.
+	assert.True(t, canPublish(projector, "_INBOX_projector.x.y"), "projector: answer a probe after a reconnect")
+	for _, subject := range []string{"_INBOX_bridge.x", "_INBOX_producer.x"} {
+		assert.False(t, canPublish(projector, subject), "projector: publish %s", subject)
+	}
+	for _, u := range []*server.User{producer, client} {
+		assert.False(t, canPublish(u, "_INBOX_projector.x.y"), "%s: publish into a projector's inbox", u.Username)
+	}
 
 	// The client: in.> and the verbs; nothing of jetbus's, no one else's traffic.
 	for _, subject := range []string{"$JS.API.INFO", "$JS.API.STREAM.INFO.orders", "$JS.API.DIRECT.GET.orders", "$JS.API.CONSUMER.CREATE.orders.x",
