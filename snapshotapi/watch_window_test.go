@@ -163,26 +163,41 @@ func TestWatchCatchUpsBounded(t *testing.T) {
 	assert.Equal(t, 2.0, metricSum(t, a, "snapshotapi_watch_catchups_total"))
 }
 
-// TestWatchSlowCatchUpGivesWay: a watch catching up whose client reads nothing holds its
-// place among the catch-ups only until another watch waits for one: its buffer full, it is
-// cut off with an overflow event, and the waiting watch catches up.
-func TestWatchSlowCatchUpGivesWay(t *testing.T) {
+// behindTheHub starts an API with one place among the catch-ups, watch buffers of 2 keys and
+// hubs keeping 5 changes, and returns the synced event of a watch of orders the hub no longer
+// reaches: 30 changes after it of about 16 KiB each (more than the sockets hold), read by the
+// hub. also (when not nil) is called with each key written.
+func behindTheHub(t *testing.T, also func(a *api, key string)) (*api, sseEvent) {
+	t.Helper()
 	t.Cleanup(snapshotapi.SetHubRing(5))
 	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
 		c.MaxCatchUps = 1
 		c.WatchBuffer = 2
 		c.RequestTimeout = time.Minute
 	}))
+	if also == nil {
+		also = func(*api, string) {}
+	}
 	a.set("orders", "a", 1, nil)
+	also(a, "a")
 	s := a.watch("/v1/views/orders?watch=true")
 	require.Equal(t, "upsert", s.next().event)
 	synced := s.next()
 	require.Equal(t, "synced", synced.event)
-	s.close()           // its hub lingers, reading on
-	for k := range 30 { // about 16 KiB each: more than the sockets hold
+	s.close() // its hub lingers, reading on
+	for k := range 30 {
 		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{pad})
+		also(a, fmt.Sprintf("k%02d", k))
 	}
 	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 30 }, "the hub read on past what it keeps")
+	return a, synced
+}
+
+// TestWatchSlowCatchUpGivesWay: a watch catching up whose client reads nothing holds its
+// place among the catch-ups only until another watch waits for one: its buffer full, it is
+// cut off with an overflow event, and the waiting watch catches up.
+func TestWatchSlowCatchUpGivesWay(t *testing.T) {
+	a, synced := behindTheHub(t, nil)
 
 	conn, body := a.rawConn("/v1/views/orders?watch=true&since=" + synced.id)
 	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(16<<10))
@@ -214,24 +229,7 @@ func TestWatchSlowCatchUpGivesWay(t *testing.T) {
 // Config.MaxCatchUps bounds those streams too (here the slow catch-up holding the only place
 // is cut off to make room), and it goes on with the new generation's changes.
 func TestWatchSwitchCatchUpBounded(t *testing.T) {
-	t.Cleanup(snapshotapi.SetHubRing(5))
-	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) {
-		c.MaxCatchUps = 1
-		c.WatchBuffer = 2
-		c.RequestTimeout = time.Minute
-	}))
-	a.set("orders", "a", 1, nil)
-	a.set("orders-g2", "a", 1, nil)
-	s := a.watch("/v1/views/orders?watch=true")
-	require.Equal(t, "upsert", s.next().event)
-	synced := s.next()
-	require.Equal(t, "synced", synced.event)
-	s.close()           // its hub lingers, reading on
-	for k := range 30 { // about 16 KiB each: more than the sockets hold
-		a.set("orders", fmt.Sprintf("k%02d", k), 1, bson.D{pad})
-		a.set("orders-g2", fmt.Sprintf("k%02d", k), 1, nil) // the rebuild, caught up
-	}
-	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 30 }, "the hub read on past what it keeps")
+	a, synced := behindTheHub(t, func(a *api, key string) { a.set("orders-g2", key, 1, nil) }) // the rebuild, caught up
 	follower := a.watch("/v1/views/orders?watch=true")
 	for e := follower.next(); e.event != "synced"; e = follower.next() {
 		require.Equal(t, "upsert", e.event)
