@@ -135,11 +135,21 @@ func TestTickets(t *testing.T) {
 // opened goes on.
 func TestTicketExpires(t *testing.T) {
 	a := newAPI(t, false, withConfig(withTokens), withConfig(func(c *snapshotapi.Config) { c.TicketTTL = 200 * time.Millisecond }))
-	r := a.postTicket(`{"views":["orders"]}`, "Content-Type", "application/json", "Authorization", "Bearer "+ordersToken)
-	require.Equal(t, 201, r.StatusCode)
+	// A ticket lives 200 ms here: on a machine short of CPU the first watch may open later than
+	// that, and is then refused as any expired ticket is. Another ticket is issued until one
+	// opens its watch in time.
+	var s *stream
 	var m struct{ Ticket string }
-	require.NoError(t, json.Unmarshal(r.body, &m))
-	s := a.watch("/v1/views/orders?watch=true&ticket=" + url.QueryEscape(m.Ticket))
+	for deadline := time.Now().Add(10 * time.Second); s == nil; {
+		require.True(t, time.Now().Before(deadline), "no watch opened within its ticket's life")
+		r := a.postTicket(`{"views":["orders"]}`, "Content-Type", "application/json", "Authorization", "Bearer "+ordersToken)
+		require.Equal(t, 201, r.StatusCode)
+		require.NoError(t, json.Unmarshal(r.body, &m))
+		var late response
+		if s, late = a.openWatch("/v1/views/orders?watch=true&ticket=" + url.QueryEscape(m.Ticket)); s == nil {
+			require.Equal(t, 401, late.StatusCode, "%s", late.body)
+		}
+	}
 	require.Equal(t, "synced", s.next().event)
 	var refused response
 	eventually(t, func() bool {
