@@ -228,7 +228,7 @@ func (o *ownership) consume(ctx context.Context) error {
 // (cut short if the lease is lost meanwhile), a stop otherwise. A lost lease seen during the
 // drain is put back on lost for the caller.
 func (o *ownership) handOff(sub jetbus.Subscription) {
-	dctx := o.s.drainCtx
+	dctx := o.s.draining()
 	if dctx == nil {
 		o.s.stopSub(o.p, sub)
 		return

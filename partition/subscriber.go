@@ -37,7 +37,7 @@ type Subscriber struct {
 
 	stopOnce sync.Once
 	stopCh   chan struct{}
-	drainCtx context.Context // set before stopCh closes when draining
+	drainCtx context.Context // set before stopCh closes when draining; read through draining
 	done     chan struct{}
 
 	ackWait time.Duration // the subscription's AckTimeout
@@ -213,6 +213,19 @@ func (s *Subscriber) Owned() []int {
 	}
 	slices.Sort(ps)
 	return ps
+}
+
+// draining is the context bounding a Drain under way; nil when the subscriber is stopping
+// without draining or not stopping at all (a partition handed to another member while the
+// subscriber runs on is stopped, not drained). drainCtx is read only after stopCh is seen
+// closed: a hand-off may run while Stop or Drain is setting it.
+func (s *Subscriber) draining() context.Context {
+	select {
+	case <-s.stopCh:
+		return s.drainCtx
+	default:
+		return nil
+	}
 }
 
 func (s *Subscriber) stop(drainCtx context.Context) {
