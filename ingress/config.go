@@ -55,7 +55,8 @@ type Config struct {
 	MaxInFlight int
 	// PendingMsgs and PendingBytes bound the subscription's buffer of messages received and
 	// not yet taken (defaults 65536 and 64 MiB). Beyond either, NATS drops what arrives (a
-	// slow consumer): counted in ingress_dropped_total and logged.
+	// slow consumer): counted in ingress_dropped_total and logged. Past half of PendingBytes,
+	// ingress sheds the largest messages first (package doc, "Shedding").
 	PendingMsgs  int
 	PendingBytes int
 	// AckTimeout bounds one wait for JetStream's acknowledgement (default 5s). A request

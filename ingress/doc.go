@@ -68,6 +68,18 @@
 //     consumer). Memory stays below the pending buffer plus MaxInFlight messages. The
 //     metrics ingress_backpressure and ingress_dropped_total and a log line (at most every
 //     10s) say when this happens.
+//   - Shedding: NATS's buffer admits a message only where it fits, so clients sending large
+//     messages faster than ingress checks them (checking costs time in proportion to size)
+//     would keep it full and make NATS drop small messages with them. While the buffer holds
+//     more than half of PendingBytes, ingress drops unchecked every message larger than 1/32
+//     of the room left (with the defaults: none below 32 MiB buffered, those over 256 KiB at
+//     56 MiB): a counter per message, so the buffer drains as fast as such a flood fills it,
+//     and smaller messages are checked and stored. A shed request is answered unavailable; a
+//     shed fire-and-forget message is counted (ingress_shed_total, Stats.Shed) and logged at
+//     most every 10s, not dead-lettered (writing it would cost what shedding saves). Valid
+//     large messages sent during such a flood are shed too. A flood of small messages is
+//     not shed: it competes with valid ones for the buffer; bound such clients in the NATS
+//     server (per-user limits).
 //   - One breaker for all topics: the first publish that fails for a reason that is not the
 //     client's (no stream responded, a lost connection, no acknowledgement within
 //     AckTimeout, a stream that refuses to store) opens it; while it is open, requests are
@@ -112,6 +124,7 @@
 // paused), ingress_backpressure_total, ingress_backpressure_seconds_total,
 // ingress_jetstream_unavailable (1 while the breaker is open), ingress_dropped_total (dropped
 // by NATS before ingress took them), ingress_abandoned_total, ingress_verbs_refused_total and
+// ingress_shed_total (messages dropped unchecked while the buffer filled, see Shedding),
 // ingress_refusals_dropped_total (refused fire-and-forget messages not dead-lettered because
 // the refusals' own max_in_flight places were all taken: refusals never hold a valid
 // message's place).

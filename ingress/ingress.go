@@ -85,9 +85,10 @@ type Ingress struct {
 	dropLog    atomic.Int64 // Unix nanoseconds of the last slow-consumer log
 	verbLog    atomic.Int64 // Unix nanoseconds of the last log of a discovery request refused
 	refuseLog  atomic.Int64 // Unix nanoseconds of the last log of a refusal dropped
+	shedLog    atomic.Int64 // Unix nanoseconds of the last log of a message shed
 	stats      struct {
 		accepted, duplicates, dropped, abandoned atomic.Uint64
-		refusalsDropped                          atomic.Uint64
+		refusalsDropped, shed                    atomic.Uint64
 		rejected                                 [7]atomic.Uint64
 	}
 }
@@ -457,6 +458,13 @@ type Stats struct {
 	// RefusalsDropped counts refused fire-and-forget messages not dead-lettered: every
 	// place of the refusals' own was taken (a flood of them).
 	RefusalsDropped uint64 `json:"refusals_dropped"`
+	// Shed counts messages dropped unchecked while the subscription's buffer was filling
+	// (see Config.PendingBytes): a request among them was answered unavailable.
+	Shed uint64 `json:"shed"`
+	// PendingMsgs and PendingBytes are what the subscription's buffer holds now: received
+	// from NATS, not yet taken (bounded by Config.PendingMsgs and PendingBytes).
+	PendingMsgs  int `json:"pending_msgs"`
+	PendingBytes int `json:"pending_bytes"`
 }
 
 // Stats returns the counters since New.
@@ -466,7 +474,11 @@ func (g *Ingress) Stats() Stats {
 		Backpressure: g.stallSince.Load() != 0, JetStreamUnavailable: g.brk.isDown(),
 		Accepted: g.stats.accepted.Load(), Duplicates: g.stats.duplicates.Load(),
 		Dropped: g.stats.dropped.Load(), Abandoned: g.stats.abandoned.Load(), RefusalsDropped: g.stats.refusalsDropped.Load(),
+		Shed:     g.stats.shed.Load(),
 		Rejected: make(map[Code]uint64, len(Codes)),
+	}
+	if sub := g.sub.Load(); sub != nil {
+		s.PendingMsgs, s.PendingBytes, _ = sub.Pending()
 	}
 	for i, c := range Codes {
 		if n := g.stats.rejected[i].Load(); n > 0 {

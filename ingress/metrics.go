@@ -31,6 +31,8 @@ type metrics struct {
 	verbsRefused prometheus.Counter
 	// refusalsDropped counts refused fire-and-forget messages not dead-lettered (a flood).
 	refusalsDropped prometheus.Counter
+	// shed counts messages dropped unchecked because the subscription's buffer was filling.
+	shed prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -57,6 +59,8 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "Messages NATS dropped before ingress took them: the subscription's pending buffer was full (slow consumer)."}),
 		refusalsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_refusals_dropped_total",
 			Help: "Refused fire-and-forget messages not dead-lettered: the refusals' own places were all taken (a flood); valid messages are not slowed."}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_shed_total",
+			Help: "Messages dropped unchecked because the subscription's buffer was more than half full and they were larger than 1/32 of the room left in it (a flood of large messages)."}),
 		verbsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_verbs_refused_total",
 			Help: "Service discovery requests ($SRV.PING, INFO, STATS) not answered because their reply subject is not an inbox (reply_prefixes)."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingress_abandoned_total",
@@ -73,6 +77,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		promreg.Register(r, &m.stalledSecs), promreg.Register(r, &m.unavailable),
 		promreg.Register(r, &m.dropped), promreg.Register(r, &m.abandoned),
 		promreg.Register(r, &m.verbsRefused), promreg.Register(r, &m.refusalsDropped),
+		promreg.Register(r, &m.shed),
 	); err != nil {
 		return nil, err
 	}

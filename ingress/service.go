@@ -57,6 +57,7 @@ func (g *Ingress) serve() (*service, error) {
 		return nil, fmt.Errorf("ingress: pending limits: %w", err)
 	}
 	s.ep = ep
+	g.sub.Store(ep) // for shed and the count of what NATS drops
 	for _, verb := range []micro.Verb{micro.PingVerb, micro.InfoVerb, micro.StatsVerb} {
 		for _, ids := range [][2]string{{"", ""}, {ServiceName, ""}, {ServiceName, s.id}} {
 			subj, err := micro.ControlSubject(verb, ids[0], ids[1])
@@ -81,7 +82,9 @@ func (g *Ingress) serve() (*service, error) {
 // handle is the endpoint: it counts the request as micro does, then hands it to ingress.
 func (s *service) handle(m *nats.Msg) {
 	start := time.Now()
-	s.g.handle(m.Subject, m.Reply, m.Header, m.Data)
+	if !s.g.shed(m) {
+		s.g.handle(m.Subject, m.Reply, m.Header, m.Data)
+	}
 	took := time.Since(start)
 	s.mu.Lock()
 	s.st.NumRequests++
