@@ -158,7 +158,34 @@ func (e *env) waitLag(group string, within time.Duration) {
 	if last != nil {
 		e.t.Logf("group %s after %s: %+v", group, time.Since(start).Round(time.Millisecond), last.Partitions)
 	}
+	if !ok {
+		e.logConsumers(group)
+	}
 	require.True(e.t, ok, "group %s did not catch up within %s (last error %v)", group, within, err)
+}
+
+// logConsumers logs the server's view of each of group's partition consumers and what the
+// DLQ holds, so that a group found behind can be told apart: deliveries the server gave up
+// on (MaxDeliver), acknowledgements it did not take, or a consumer reset.
+func (e *env) logConsumers(group string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for p := range e.parts {
+		c, err := e.bus.JetStream().Consumer(ctx, jetbus.StreamName(e.topic), jetbus.ConsumerName(group, p))
+		if err != nil {
+			e.t.Logf("partition %d: %v", p, err)
+			continue
+		}
+		i, err := c.Info(ctx)
+		if err != nil {
+			e.t.Logf("partition %d: %v", p, err)
+			continue
+		}
+		e.t.Logf("partition %d: delivered %+v, ack floor %+v, ack pending %d, redelivered %d, pending %d, waiting %d, max deliver %d, ack wait %s",
+			p, i.Delivered, i.AckFloor, i.NumAckPending, i.NumRedelivered, i.NumPending, i.NumWaiting, i.Config.MaxDeliver, i.Config.AckWait)
+	}
+	ls, err := e.q.List(ctx, dlq.Filter{Topic: e.topic}, 0)
+	e.t.Logf("DLQ: %d letters of %s (%v)", len(ls), e.topic, err)
 }
 
 // poll is embeddedtest.Poll.

@@ -128,6 +128,11 @@ func TestExactlyOnceUnderSIGKILL(t *testing.T) {
 		require.LessOrEqual(t, last, int64(events), "an event applied twice")
 	}
 	c := startChild(t, e, "tx")
+	defer func() {
+		if t.Failed() { // the view, to tell a lost event from a lag misread
+			t.Logf("counter all: %d of %d", counter(t, e.db, "all"), events)
+		}
+	}()
 	e.waitLag("orders-tx", 120*time.Second)
 	terminate(t, c)
 	assert.Equal(t, int64(events), counter(t, e.db, "all"))
