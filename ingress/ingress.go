@@ -432,8 +432,7 @@ func (g *Ingress) asyncError(prev nats.ErrHandler) nats.ErrHandler {
 			return
 		}
 		g.sub.Store(sub)
-		now := time.Now().UnixNano()
-		if last := g.dropLog.Load(); now-last >= int64(backPressureLogEvery) && g.dropLog.CompareAndSwap(last, now) {
+		if logDue(&g.dropLog) {
 			g.log.Warn("NATS is dropping messages to ingress: its pending buffer is full (slow consumer); clients publish faster than JetStream stores",
 				"max_pending_msgs", g.cfg.PendingMsgs, "max_pending_bytes", g.cfg.PendingBytes)
 		}

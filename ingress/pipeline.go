@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -309,10 +310,17 @@ func (g *Ingress) countDropped() {
 	}
 }
 
+// logDue reports whether a rate-limited log line may be written now, at most every
+// backPressureLogEvery; last holds the Unix nanoseconds of the previous one.
+func logDue(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	return now-prev >= int64(backPressureLogEvery) && last.CompareAndSwap(prev, now)
+}
+
 // logDroppedRefusal logs a refusal not dead-lettered, at most every backPressureLogEvery.
 func (g *Ingress) logDroppedRefusal(it *item) {
-	now := time.Now().UnixNano()
-	if last := g.refuseLog.Load(); now-last >= int64(backPressureLogEvery) && g.refuseLog.CompareAndSwap(last, now) {
+	if logDue(&g.refuseLog) {
 		g.log.Warn("ingress: refused messages arrive faster than the DLQ takes them: dropping them (counted in ingress_refusals_dropped_total); valid messages are not slowed",
 			"subject", it.subject, "code", string(it.ref.code))
 	}

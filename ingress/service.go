@@ -141,8 +141,7 @@ func (s *service) stop() {
 // logRefusedVerb logs a discovery request that named no inbox, at most every
 // backPressureLogEvery: a flood of them costs a counter, not a log line each.
 func (g *Ingress) logRefusedVerb(verb, reply string) {
-	now := time.Now().UnixNano()
-	if last := g.verbLog.Load(); now-last >= int64(backPressureLogEvery) && g.verbLog.CompareAndSwap(last, now) {
+	if logDue(&g.verbLog) {
 		g.log.Warn("ingress: a service discovery request named no inbox to answer on: not answered (counted in ingress_verbs_refused_total)",
 			"verb", verb, "reply", reply)
 	}

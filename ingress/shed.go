@@ -1,10 +1,6 @@
 package ingress
 
-import (
-	"time"
-
-	"github.com/nats-io/nats.go"
-)
+import "github.com/nats-io/nats.go"
 
 // shedRatio: while the subscription's buffer is more than half full, a message larger than
 // 1/shedRatio of the room left in it is shed. With the default 64 MiB buffer nothing is shed
@@ -38,8 +34,7 @@ func (g *Ingress) shed(m *nats.Msg) bool {
 	}
 	g.stats.shed.Add(1)
 	g.m.shed.Inc()
-	now := time.Now().UnixNano()
-	if last := g.shedLog.Load(); now-last >= int64(backPressureLogEvery) && g.shedLog.CompareAndSwap(last, now) {
+	if logDue(&g.shedLog) {
 		g.log.Warn("ingress: its buffer is filling (clients publish faster than it checks): large messages are dropped unchecked (counted in ingress_shed_total); smaller ones are still taken",
 			"subject", m.Subject, "size", size, "pending_bytes", pending, "max_pending_bytes", g.cfg.PendingBytes)
 	}
