@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/dlq"
 	"github.com/jetbus/jetbus/internal/streamscan"
+	"github.com/jetbus/jetbus/projection"
 )
 
 // stored is one message of a topic's stream.
@@ -330,6 +332,44 @@ func (s *stack) checkCounts(t *testing.T, msgs []stored) {
 		}
 		slices.Sort(wrong)
 		t.Errorf("the counts equal the events within 60s (read error %v): %d differ, e.g. %v", err, len(wrong), wrong[:min(len(wrong), 5)])
+		s.logGroup(t, "orders", counterGroup, msgs)
+	}
+}
+
+// counterGroup is the group (and projection name) of examples/counter on the stack.
+const counterGroup = "orders-counts"
+
+// logGroup logs, for each partition of topic, the last stream sequence the topic holds there,
+// the server's view of group's consumer and the group's checkpoint, so that a view found
+// behind can be told apart: deliveries the server no longer counts as pending (ack floor
+// short of the delivered sequence), deliveries held unacknowledged, or a checkpoint that moved
+// without the view.
+func (s *stack) logGroup(t *testing.T, topic, group string, msgs []stored) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	last := map[int]uint64{}
+	for _, m := range msgs {
+		if _, p, _, ok := jetbus.ParseSubject(m.Subject); ok {
+			last[p] = max(last[p], m.Seq)
+		}
+	}
+	js, err := natsjs.New(s.connect(t, userAdmin))
+	require.NoError(t, err)
+	db := s.mongoClient(t).Database(s.db)
+	for p := 0; ; p++ {
+		c, err := js.Consumer(ctx, jetbus.StreamName(topic), jetbus.ConsumerName(group, p))
+		if errors.Is(err, natsjs.ErrConsumerNotFound) {
+			return
+		}
+		cp, cerr := projection.ReadCheckpoint(ctx, db, group, topic, p)
+		if err != nil {
+			t.Logf("partition %d: topic ends at %d; consumer: %v; checkpoint %d (%v)", p, last[p], err, cp, cerr)
+			continue
+		}
+		i := c.CachedInfo()
+		t.Logf("partition %d: topic ends at %d; consumer delivered %+v, ack floor %+v, ack pending %d, redelivered %d, pending %d, waiting %d, pin %+v; checkpoint %d (%v)",
+			p, last[p], i.Delivered, i.AckFloor, i.NumAckPending, i.NumRedelivered, i.NumPending, i.NumWaiting, i.PriorityGroups, cp, cerr)
 	}
 }
 

@@ -164,9 +164,11 @@ func (e *env) waitLag(group string, within time.Duration) {
 	require.True(e.t, ok, "group %s did not catch up within %s (last error %v)", group, within, err)
 }
 
-// logConsumers logs the server's view of each of group's partition consumers and what the
-// DLQ holds, so that a group found behind can be told apart: deliveries the server gave up
-// on (MaxDeliver), acknowledgements it did not take, or a consumer reset.
+// logConsumers logs the server's view of each of group's partition consumers, the group's
+// checkpoints (a transactional projection's; 0 for others) and what the DLQ holds, so that a
+// group found behind can be told apart: deliveries the server gave up on (MaxDeliver),
+// acknowledgements it did not take, a consumer reset, or a checkpoint moved past what was
+// acknowledged.
 func (e *env) logConsumers(group string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -181,8 +183,12 @@ func (e *env) logConsumers(group string) {
 			e.t.Logf("partition %d: %v", p, err)
 			continue
 		}
-		e.t.Logf("partition %d: delivered %+v, ack floor %+v, ack pending %d, redelivered %d, pending %d, waiting %d, max deliver %d, ack wait %s",
-			p, i.Delivered, i.AckFloor, i.NumAckPending, i.NumRedelivered, i.NumPending, i.NumWaiting, i.Config.MaxDeliver, i.Config.AckWait)
+		e.mu.Lock()
+		last := e.last[p]
+		e.mu.Unlock()
+		cp, cerr := projection.ReadCheckpoint(ctx, e.db, group, e.topic, p)
+		e.t.Logf("partition %d: topic ends at %d; delivered %+v, ack floor %+v, ack pending %d, redelivered %d, pending %d, waiting %d, pin %+v, max deliver %d, ack wait %s; checkpoint %d (%v)",
+			p, last, i.Delivered, i.AckFloor, i.NumAckPending, i.NumRedelivered, i.NumPending, i.NumWaiting, i.PriorityGroups, i.Config.MaxDeliver, i.Config.AckWait, cp, cerr)
 	}
 	ls, err := e.q.List(ctx, dlq.Filter{Topic: e.topic}, 0)
 	e.t.Logf("DLQ: %d letters of %s (%v)", len(ls), e.topic, err)
