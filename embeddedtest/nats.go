@@ -126,19 +126,52 @@ func (l *fatalLog) Tracef(format string, v ...any) {
 }
 
 // NATS starts a single nats-server with JetStream, stored in t.TempDir(), on a random
-// loopback port. It is shut down when the test ends.
+// loopback port. It is shut down when the test ends. Its warnings and errors go to the
+// test's log (shown when the test fails, or with -v): a request the server refuses with a
+// bare code (10049 "error creating store for stream") is explained there.
 func NATS(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := StartServer(ServerOptions(t.TempDir()))
+	log := &testServerLog{t: t}
+	s, err := startServer(ServerOptions(t.TempDir()), log, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		s.Shutdown()
 		s.WaitForShutdown()
+		log.stop()
 	})
 	return s
 }
+
+// testServerLog passes a server's warnings and errors to its test's log until stop (a
+// test's log takes nothing once the test has ended).
+type testServerLog struct {
+	t       testing.TB
+	mu      sync.Mutex
+	stopped bool
+}
+
+func (l *testServerLog) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	l.mu.Unlock()
+}
+
+func (l *testServerLog) logf(level, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.stopped {
+		l.t.Logf("nats-server %s: %s", level, fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *testServerLog) Fatalf(format string, v ...any) { l.logf("fatal", format, v...) }
+func (l *testServerLog) Errorf(format string, v ...any) { l.logf("error", format, v...) }
+func (l *testServerLog) Warnf(format string, v ...any)  { l.logf("warning", format, v...) }
+func (l *testServerLog) Noticef(string, ...any)         {}
+func (l *testServerLog) Debugf(string, ...any)          {}
+func (l *testServerLog) Tracef(string, ...any)          {}
 
 // Connect connects to url (a server's ClientURL, or a cluster's URLs comma-separated) and
 // closes the connection when the test ends. The connection retries its reconnects forever, so
