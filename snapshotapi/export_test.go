@@ -64,3 +64,7 @@ func (s *Server) PauseSwitches() (held func() int, resume func()) {
 		close(g)
 	}
 }
+
+// StopHubs stops the server's watches as Run does when it returns, for a test that serves
+// watches without running the server.
+func (s *Server) StopHubs() { s.stopHubs() }

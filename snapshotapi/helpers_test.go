@@ -126,6 +126,8 @@ func newAPIAt(t *testing.T, uri string, db *mongo.Database, run bool, opts ...ap
 			cancel()
 			require.NoError(t, <-done)
 		})
+	} else {
+		t.Cleanup(a.srv.StopHubs) // as Run's return does: no hub outlives the test
 	}
 	a.http = httptest.NewServer(a.srv)
 	t.Cleanup(a.http.Close)

@@ -118,17 +118,22 @@ func (s *Server) acquireHub(ctx context.Context, start streamPos) (*hub, error) 
 		h = &hub{s: s, key: key, ctx: hctx, cancel: cancel, ready: make(chan struct{}), done: make(chan struct{}),
 			subs: 1, wake: make(chan struct{})}
 		s.hubs[key] = h
+		s.hubsRun.Add(1) // under hubsMu: stopHubs waits for every hub counted before it
 		s.hubsMu.Unlock()
 		src, err := s.openSource(ctx, start)
 		if err != nil {
 			h.fail(err)
 			close(h.ready)
 			h.release()
+			s.hubsRun.Done()
 			return nil, err
 		}
 		h.floor, h.head = src.head, src.head
 		close(h.ready)
-		go h.run(src)
+		go func() {
+			defer s.hubsRun.Done()
+			h.run(src)
+		}()
 		return h, nil
 	}
 }
@@ -351,7 +356,8 @@ func (h *hub) read(cursor uint64) (chs []*change, next uint64, head streamPos, w
 	return chs, end, h.head, h.wake, false, nil
 }
 
-// stopHubs ends every hub and refuses new ones: the server stops.
+// stopHubs ends every hub and refuses new ones, and returns once their goroutines ended:
+// the server stops.
 func (s *Server) stopHubs() {
 	s.hubsMu.Lock()
 	s.hubsStopped = true
@@ -364,6 +370,7 @@ func (s *Server) stopHubs() {
 	for _, h := range hubs {
 		h.fail(errShuttingDown)
 	}
+	s.hubsRun.Wait()
 }
 
 // passed waits until the hub has read every change committed before the call: two of its

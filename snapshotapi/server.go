@@ -110,6 +110,7 @@ type Server struct {
 	hubsMu      sync.Mutex
 	hubs        map[hubKey]*hub
 	hubsStopped bool
+	hubsRun     sync.WaitGroup // the hubs' goroutines (counted under hubsMu, before hubsStopped)
 	hubsCtx     context.Context
 	hubsCancel  context.CancelFunc
 	hubRing     int

@@ -32,6 +32,7 @@ func tracedAPI(t *testing.T, tp trace.TracerProvider) *api {
 	a.srv, err = snapshotapi.New(snapshotapi.Deps{Mongo: db.Client()},
 		snapshotapi.Config{Views: []snapshotapi.View{ordersView(db.Name())}, CursorKey: testKey}, opts...)
 	require.NoError(t, err)
+	t.Cleanup(a.srv.StopHubs)
 	a.http = httptest.NewServer(a.srv)
 	t.Cleanup(a.http.Close)
 	_, err = db.Collection("orders").InsertOne(t.Context(), bson.D{{Key: "_id", Value: "k1"}, {Key: "status", Value: "open"}})
