@@ -3,6 +3,8 @@ package snapshotapi_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +34,7 @@ func TestWatchCheck(t *testing.T) {
 	var mu sync.Mutex
 	final := map[string]int64{}
 	written := map[string]map[int64]bool{}
+	writes := map[string][]string{} // per key its versions in order, "d" marking deletes
 	write := func(coll, key string, v int64, deleted bool) {
 		if deleted {
 			a.tombstone(coll, key, v)
@@ -45,6 +48,7 @@ func TestWatchCheck(t *testing.T) {
 			written[key] = map[int64]bool{}
 		}
 		written[key][v] = true
+		writes[key] = append(writes[key], fmt.Sprintf("%d%s", v, map[bool]string{true: "d"}[deleted]))
 		if deleted {
 			final[key] = -v
 		} else {
@@ -69,15 +73,29 @@ func TestWatchCheck(t *testing.T) {
 		last  map[string]int64
 		state map[string]int64
 		id    string
+		// what happened, for a failure to tell: the connections (how each began and
+		// ended) and per key the messages received, each with its connection's number
+		conns []string
+		hist  map[string][]string
 	}
 	var ids sync.Map              // some ids clients received, for others to start from
 	resume := make(chan struct{}) // client 4 reads nothing until two thirds of the versions are written
 
 	var wg sync.WaitGroup
 	done := make(chan struct{})
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { close(done) }) }
+	// However the test ends, its clients stop before its cleanups run: a client reconnects
+	// whenever its stream ends, so closing streams or the server under clients that go on
+	// would never end (each stream's cleanup makes the client open another; the HTTP
+	// server's Close waits for the streams).
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
 	results := make([]*client, clients)
 	for i := range clients {
-		c := &client{last: map[string]int64{}, state: map[string]int64{}}
+		c := &client{last: map[string]int64{}, state: map[string]int64{}, hist: map[string][]string{}}
 		results[i] = c
 		wg.Go(func() {
 			headers := []string{}
@@ -116,6 +134,10 @@ func TestWatchCheck(t *testing.T) {
 					headers = []string{"Last-Event-ID", c.id}
 				}
 				var s *stream
+				conn := len(c.conns)
+				mu.Lock()
+				c.conns = append(c.conns, fmt.Sprintf("%d: from %q", conn, c.id))
+				mu.Unlock()
 				if i == 4 && received == 0 {
 					// It reads nothing until resume: its sockets fill, the server's writes wait.
 					_, body := a.rawConn(path, headers...)
@@ -140,6 +162,9 @@ func TestWatchCheck(t *testing.T) {
 					case e0, ok := <-s.events:
 						if !ok {
 							ended = true
+							mu.Lock()
+							c.conns[conn] += " ended by the server"
+							mu.Unlock()
 							continue
 						}
 						e = e0
@@ -163,6 +188,7 @@ func TestWatchCheck(t *testing.T) {
 							}
 							c.last[p.Key] = v
 						}
+						c.hist[p.Key] = append(c.hist[p.Key], fmt.Sprintf("%d:%s@%d", conn, e.event, p.version()))
 						if e.event == "upsert" {
 							c.state[p.Key] = p.version()
 						} else {
@@ -175,6 +201,13 @@ func TestWatchCheck(t *testing.T) {
 						}
 					case "overflow", "disconnect":
 						ended = true
+						mu.Lock()
+						c.conns[conn] += " ended by " + e.event + " " + e.data
+						mu.Unlock()
+					default: // synced, switched
+						mu.Lock()
+						c.conns[conn] += fmt.Sprintf(" %s after %d", e.event, received)
+						mu.Unlock()
 					}
 					if i%3 == 0 && c.id != "" {
 						snap := &client{state: map[string]int64{}, last: map[string]int64{}, id: c.id}
@@ -206,27 +239,40 @@ func TestWatchCheck(t *testing.T) {
 			apply(fmt.Sprintf("k%02d", k), v, rng.IntN(10) == 0, int(v) >= switchAt)
 		}
 	}
-	want := func(c *client) bool {
+	// differ lists the keys whose state c does not have.
+	differ := func(c *client) []string {
 		mu.Lock()
 		defer mu.Unlock()
+		var out []string
 		for k, v := range final {
 			got, ok := c.state[k]
 			if v < 0 { // deleted: never received, or a delete
 				if ok && got != 0 {
-					return false
+					out = append(out, k)
 				}
 				continue
 			}
 			if got != v {
-				return false
+				out = append(out, k)
 			}
 		}
-		return true
+		sort.Strings(out)
+		return out
 	}
+	lastWrite := time.Now()
 	for i, c := range results {
-		eventually(t, func() bool { return want(c) }, fmt.Sprintf("client %d ends with the final state", i))
+		if !embeddedtest.Poll(10*time.Second, 5*time.Millisecond, func() bool { return len(differ(c)) == 0 }) {
+			d := differ(c)
+			stop()
+			wg.Wait() // then c.id is the client's last
+			k := d[0]
+			t.Fatalf("client %d does not end with the final state within 10s: %d keys differ (%v); %s was written %v, the client received %v (connection:event@version) on its connections:\n%s\nwatch ends %v, events %v",
+				i, len(d), d, k, writes[k], c.hist[k], strings.Join(c.conns, "\n"),
+				metricSum(t, a, "snapshotapi_watch_ends_total"), metricSum(t, a, "snapshotapi_watch_events_total"))
+		}
 	}
-	close(done)
+	t.Logf("every client has the final state %s after the last write", time.Since(lastWrite).Round(time.Millisecond))
+	stop()
 	wg.Wait()
 	ends := metricSum(t, a, "snapshotapi_watch_ends_total")
 	require.GreaterOrEqual(t, ends, 1.0, "client 4 overflowed at least")
