@@ -382,7 +382,7 @@ func (w *watcher) moveTo(cur string, ts bson.Timestamp, msgs []*change) error {
 	}
 	w.h.release()
 	w.h, w.coll, w.from = h, cur, to
-	w.joinTS = bson.Timestamp{} // what the client holds is exact again
+	w.joinTS, w.unknown = bson.Timestamp{}, nil // what the client holds is exact again
 	w.setProcessed(to)
 	w.cursor, w.src = cursor, src
 	switch {
@@ -473,6 +473,7 @@ func (w *watcher) drainTo(head streamPos) error {
 			if err := w.put(ch, w.kindOf(ch)); err != nil {
 				return err
 			}
+			delete(w.unknown, ch.key)
 			w.cursor++
 		}
 		w.cursor = next

@@ -188,10 +188,13 @@ type watcher struct {
 	// joinTS: changes at or before it may follow skipped ones the client never had, so their
 	// changed fields are unknown (a resumed watch).
 	joinTS bson.Timestamp
-	ws     *watchSeries
-	h      *hub
-	src    *changeSource // catching up, before the ring
-	cursor uint64
+	// unknown: keys whose next change in the ring has changed fields unknown to the client
+	// (w's own stream skipped an update of each before w moved to the ring: see join).
+	unknown map[string]bool
+	ws      *watchSeries
+	h       *hub
+	src     *changeSource // catching up, before the ring
+	cursor  uint64
 	// queued: w is to catch up on a change stream of its own from catchFrom once it has a
 	// place among the catch-ups (slot: it holds one); rejoin: because its drainer fell behind
 	// the ring, not its client; catchWhy: the reason counted when it opens that stream.
@@ -325,7 +328,7 @@ func (w *watcher) classify(ch *change) string {
 // relevant reports whether ch may have changed whether its document matched: it changed a
 // field the filters read (or _deleted), or what it changed is unknown.
 func (w *watcher) relevant(ch *change) bool {
-	if ch.paths == nil || !tsBefore(w.joinTS, ch.pos.ts) {
+	if ch.paths == nil || !tsBefore(w.joinTS, ch.pos.ts) || w.unknown[ch.key] {
 		return true
 	}
 	for _, p := range ch.paths {
@@ -446,6 +449,7 @@ func (w *watcher) drainRing() bool {
 		}
 		i := 0
 		for i < len(chs) && w.offer(chs[i]) {
+			delete(w.unknown, chs[i].key)
 			i++
 		}
 		var space <-chan struct{}
@@ -510,7 +514,7 @@ func (w *watcher) catchUp() bool {
 		}
 		if ch == nil {
 			if c, ok := w.h.joinIdle(r0, w.src.head); ok {
-				w.cursor = c
+				w.join(c)
 				w.setProcessed(w.src.head)
 				return true
 			}
@@ -533,9 +537,25 @@ func (w *watcher) catchUp() bool {
 		}
 		w.setProcessed(ch.pos)
 		if c, ok := w.h.joinAt(ch.pos); ok {
-			w.cursor = c
+			w.join(c)
 			return true
 		}
+	}
+}
+
+// join moves w from its own stream to the hub's ring at cursor. The keys of the updates
+// its stream skipped without a later change of theirs (the document had moved on when the
+// stream looked it up) keep what the stream knew: the fields their next change changed are
+// unknown to the client. The ring's copy of that change says what it changed after the
+// update skipped here, which the hub may have sent: a second tombstone changes only the
+// version, and a client that never had the first would never learn of the delete.
+func (w *watcher) join(cursor uint64) {
+	w.cursor = cursor
+	for k := range w.src.dirty {
+		if w.unknown == nil {
+			w.unknown = map[string]bool{}
+		}
+		w.unknown[k] = true
 	}
 }
 

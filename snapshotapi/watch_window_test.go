@@ -268,3 +268,42 @@ func TestWatchSwitchCatchUpBounded(t *testing.T) {
 	assert.Equal(t, 1.0, metric(t, a, "snapshotapi_watch_catchups_total", "switched", "orders"))
 	assert.Zero(t, metricSum(t, a, "snapshotapi_watch_catchups_waiting"))
 }
+
+// TestWatchJoinKeepsWhatItsStreamSkipped: a watch catching up whose own change stream
+// skipped an update of a key (the document had moved on when the stream looked it up) and
+// that then moves to the hub's ring reads the key's next change as one whose changed fields
+// are unknown, as the stream would have. Here the key is deleted, then deleted again: the
+// second tombstone changes only its version, and the client, which never had the first,
+// still learns that the key is deleted.
+func TestWatchJoinKeepsWhatItsStreamSkipped(t *testing.T) {
+	t.Cleanup(snapshotapi.SetHubRing(1))
+	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.MaxCatchUps = 1 }))
+	a.set("orders", "k", 1, bson.D{{Key: "status", Value: "paid"}})
+	s := a.watch("/v1/views/orders?watch=true") // the hub runs from here
+	require.Equal(t, "upsert", s.next().event)
+	synced := s.next()
+	require.Equal(t, "synced", synced.event)
+
+	a.set("orders", "f", 1, nil) // dropped from the ring: a client resuming at synced catches up
+	a.tombstone("orders", "k", 2)
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 2 }, "the hub read the first tombstone")
+	resume := a.srv.PauseDrainers()
+	// One client takes the only place among the catch-ups; the other waits for it.
+	first := a.watch("/v1/views/orders?watch=true", "Last-Event-ID", synced.id)
+	r := a.watch("/v1/views/orders?watch=true", "Last-Event-ID", synced.id)
+	// Now the key moves on: the waiting client's stream, opened once the first client
+	// leaves, finds it at 3 when it reads the first tombstone, and skips that.
+	a.tombstone("orders", "k", 3)
+	eventually(t, func() bool { return a.srv.HubReceived(a.db.Name(), "orders") == 3 }, "the hub read the second tombstone")
+	first.close()
+	eventually(t, func() bool { return metricSum(t, a, "snapshotapi_watch_catchups_total") == 2 }, "the second client's catch-up began")
+	resume()
+
+	e := r.next()
+	require.Equal(t, "upsert", e.event)
+	require.Equal(t, "f", e.payload(t).Key)
+	e = r.next()
+	require.Equal(t, "delete", e.event, "%s", e.data)
+	assert.Equal(t, "k", e.payload(t).Key)
+	assert.EqualValues(t, 3, e.payload(t).version())
+}
