@@ -257,6 +257,16 @@ func (w *watcher) attach(ctx context.Context, h *hub) error {
 	return nil
 }
 
+// letGo closes w's own change stream and gives back its place among the catch-ups, when
+// it has them: the watch ended, or never started streaming.
+func (w *watcher) letGo() {
+	if w.src != nil {
+		w.src.close(w.ctx)
+		w.src = nil
+	}
+	w.releaseSlot()
+}
+
 // releaseSlot gives back w's place among the catch-ups, if it holds one.
 func (w *watcher) releaseSlot() {
 	if w.slot {
@@ -396,12 +406,7 @@ func (w *watcher) stop(overflow bool, err error) {
 // hub's ring drops a change it has not read meanwhile, the client is too slow: overflow.
 // When the view's live generation changes it follows it (switch.go).
 func (w *watcher) drain() {
-	defer func() {
-		if w.src != nil {
-			w.src.close(w.ctx)
-		}
-		w.releaseSlot()
-	}()
+	defer w.letGo()
 	for {
 		if w.queued && !w.openCatchUp() {
 			return
@@ -777,6 +782,9 @@ func (s *Server) watch(c echo.Context, v *view, params []param) error {
 	hd.Set("X-Accel-Buffering", "no")
 	c.Response().WriteHeader(http.StatusOK)
 	if err := st.flush(nil); err != nil {
+		if w != nil {
+			w.letGo() // its drainer never runs: the stream and the place it opened go now
+		}
 		return nil
 	}
 	if snap != nil {
