@@ -128,8 +128,9 @@ type Config struct {
 	// MaxInFlight bounds the events of one partition delivered and not yet written and
 	// acknowledged (default 4×BatchSize, at least BatchSize).
 	MaxInFlight int
-	// AckTimeout is the subscription's ack timeout (default DefaultAckTimeout). A batch whose
-	// write is retried keeps its events alive meanwhile.
+	// AckTimeout is the subscription's ack timeout (default DefaultAckTimeout). A partition
+	// keeps the events it holds alive (InProgress every third of AckTimeout) while their
+	// batch is written or retried, or waits behind another.
 	AckTimeout time.Duration
 	// WriteTimeout bounds one try of a batch's writes (default DefaultWriteTimeout); keep it
 	// below AckTimeout.

@@ -22,8 +22,11 @@
 // write succeeded, what it refused is dead-lettered (reason "projection") and the whole batch
 // is acknowledged with one AckBatch. Nothing is acknowledged before its write landed: a
 // transient failure (network, not primary, write concern, timeouts) retries the batch with
-// backoff, restarting the deliveries' ack timeout meanwhile (InProgress), so it is neither
-// redelivered nor lost.
+// backoff, so it is neither redelivered nor lost: every third of AckTimeout, a partition
+// restarts the ack timeout (InProgress) of everything it holds, the batch being written and
+// the deliveries waiting behind it, however long MongoDB stays slow or down. (A delivery
+// redelivered on each ack timeout would reach MaxDeliver, and the server would give it to the
+// dead-letter queue through its MAX_DELIVERIES advisory while the projection still writes it.)
 //
 // Changelog batches are coalesced per key: replace mode writes only a key's last event;
 // merge mode folds a key's events into one update pipeline; a tombstone resets the key. All

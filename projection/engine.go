@@ -308,6 +308,7 @@ type partState struct {
 
 	mu      sync.Mutex
 	held    []*entry
+	writing []*entry  // the batch being written, until its acknowledgement
 	first   time.Time // when the oldest held entry arrived
 	closed  bool      // no more entries taken
 	final   bool      // write everything held, then stop
@@ -476,6 +477,12 @@ func (ps *partState) abandon() {
 // waited Linger, one batch at a time, so a partition's batches are written in order.
 func (ps *partState) run() {
 	defer close(ps.done)
+	stop, kept := make(chan struct{}), make(chan struct{})
+	go ps.keep(stop, kept)
+	defer func() {
+		close(stop)
+		<-kept
+	}()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	cfg := ps.e.cfg
@@ -536,6 +543,14 @@ func (ps *partState) flush(entries []*entry) bool {
 	e := ps.e
 	b := &batch{topic: ps.topic, p: ps.p, entries: entries}
 	ctx := ps.ctx
+	ps.mu.Lock()
+	ps.writing = entries
+	ps.mu.Unlock()
+	defer func() {
+		ps.mu.Lock()
+		ps.writing = nil
+		ps.mu.Unlock()
+	}()
 	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
 		tctx, cancel := context.WithTimeout(ctx, e.cfg.WriteTimeout)
@@ -615,6 +630,46 @@ func (o outcome) label() string {
 		return outcomeDeadLettered
 	}
 	return outcomeWritten
+}
+
+// keep restarts, every third of AckTimeout until stop is closed, the ack timeout of the
+// deliveries the partition holds: the batch being written and those waiting behind it. A
+// delivery whose ack timeout passes is delivered again, and every delivery counts against the
+// subscription's MaxDeliver: held through a few ack timeouts (MongoDB slow or failing, a
+// write retried with a backoff that grows past the ack timeout, deliveries queued behind
+// slow batches), events would be given up by the server (to the dead-letter queue, through
+// its MAX_DELIVERIES advisory) while this replica still writes them. Deliveries acknowledged
+// or handed back meanwhile are unknown to the Bus by then and skipped (ErrUnknownEvent).
+func (ps *partState) keep(stop <-chan struct{}, kept chan<- struct{}) {
+	defer close(kept)
+	t := time.NewTicker(max(ps.e.cfg.AckTimeout/3, time.Millisecond))
+	defer t.Stop()
+	var ids []string
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ids = ids[:0]
+		ps.mu.Lock()
+		for _, en := range ps.writing {
+			ids = append(ids, en.d.ID)
+		}
+		for _, en := range ps.held {
+			ids = append(ids, en.d.ID)
+		}
+		ps.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ps.ctx, 5*time.Second)
+		err := ps.e.bus.InProgress(ctx, ps.topic, ps.e.group, ids...)
+		cancel()
+		if err != nil && !errors.Is(err, jetbus.ErrUnknownEvent) && ps.ctx.Err() == nil {
+			ps.e.log.Debug("keeping held deliveries alive failed", "projection", ps.e.name, "partition", ps.p, "err", err)
+		}
+	}
 }
 
 // keepAlive restarts the ack timeout of a batch's deliveries while its write is retried. It
