@@ -92,7 +92,9 @@ type Cursor struct {
 type PartitionCursor struct {
 	Partition int
 	// AckFloor is the stream sequence up to which every event of the partition has been
-	// acknowledged (0: none).
+	// acknowledged (0: none). Events the server gave up on (MaxDeliver, then the dead-letter
+	// queue) hold it back until an acknowledgement leaves nothing of the partition awaiting
+	// one: Lag, not AckFloor, tells whether the group finished the partition.
 	AckFloor uint64
 	// Delivered is the stream sequence of the last event delivered (0: none).
 	Delivered uint64
