@@ -279,10 +279,16 @@ func TestWatchJoinKeepsWhatItsStreamSkipped(t *testing.T) {
 	t.Cleanup(snapshotapi.SetHubRing(1))
 	a := newAPI(t, false, withConfig(func(c *snapshotapi.Config) { c.MaxCatchUps = 1 }))
 	a.set("orders", "k", 1, bson.D{{Key: "status", Value: "paid"}})
-	s := a.watch("/v1/views/orders?watch=true") // the hub runs from here
+	s := a.watch("/v1/views/orders?watch=true") // the hub runs from here (and lingers)
 	require.Equal(t, "upsert", s.next().event)
 	synced := s.next()
 	require.Equal(t, "synced", synced.event)
+	// Gone before the changes below: with a ring of one change, this watch could need a
+	// catch-up of its own and take the only place (its drainer attaches after its synced
+	// event, and may fall behind the ring).
+	s.close()
+	eventually(t, func() bool { return metricSum(t, a, "snapshotapi_watchers") == 0 }, "the first watch ended")
+	require.Zero(t, metricSum(t, a, "snapshotapi_watch_catchups_waiting"))
 
 	a.set("orders", "f", 1, nil) // dropped from the ring: a client resuming at synced catches up
 	a.tombstone("orders", "k", 2)
