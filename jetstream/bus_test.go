@@ -3,6 +3,8 @@ package jetstream_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -367,6 +369,47 @@ func TestMiddlewareTopicIsValidated(t *testing.T) {
 func TestSubscriptionEndsWhenConnectionCloses(t *testing.T) {
 	t.Run("ordered", func(t *testing.T) { testSubscriptionEndsWhenConnectionCloses(t) })
 	t.Run("unordered", func(t *testing.T) { testSubscriptionEndsWhenConnectionCloses(t, jetbus.Unordered()) })
+}
+
+// The connection may close at any moment of a subscription's start, also while a partition
+// opens its pull. nats.go's iterator learns of a close through a handler it installs just
+// after subscribing its inbox: a close in between leaves it waiting for good, and only the
+// partition's own check after the pull opened ends it (pull.go, run). Each round closes the
+// connection after a different delay (the fault's timing, not a wait), so that some land in
+// that window. The window is narrow: without the check, about one run of this test in four
+// fails (a round hangs), so it raises the odds rather than failing every time.
+func TestSubscriptionEndsWhenConnectionClosesWhileStarting(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	ctx := context.Background()
+	admin := embeddedtest.Bus(t, s.ClientURL())
+	const partitions = 8
+	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "gone", Partitions: partitions}))
+	rounds := 200
+	if testing.Short() {
+		rounds = 30
+	}
+	for i := range rounds {
+		nc := embeddedtest.Connect(t, s.ClientURL())
+		b, err := jbjs.Open(ctx, nc)
+		require.NoError(t, err)
+		group := fmt.Sprintf("g%d", i)
+		sub, err := b.Subscribe(ctx, "gone", group, func(context.Context, *jetbus.Delivery) error { return nil })
+		require.NoError(t, err)
+		time.Sleep(600*time.Microsecond + time.Duration(i%100)*20*time.Microsecond) // where the pulls open
+		nc.Close()
+		select {
+		case <-sub.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: subscription still running 10 s after its connection closed", i)
+		}
+		require.ErrorIs(t, sub.Err(), jetbus.ErrClosed, "round %d", i)
+		for p := range partitions { // a stream holds a bounded number of consumers
+			err := admin.JetStream().DeleteConsumer(ctx, jetbus.StreamName("gone"), jetbus.ConsumerName(group, p))
+			if !errors.Is(err, natsjs.ErrConsumerNotFound) {
+				require.NoError(t, err)
+			}
+		}
+	}
 }
 
 func testSubscriptionEndsWhenConnectionCloses(t *testing.T, opts ...jetbus.SubscribeOption) {

@@ -173,6 +173,14 @@ func (pc *partConsumer) run() {
 			pc.cons = nil
 			continue
 		}
+		if b.nc.IsClosed() {
+			// nats.go's iterator learns of a closed connection through a handler it installs
+			// just after subscribing its inbox: a close in between leaves its Next waiting for
+			// good (Stop and Drain do not end it either). Such a close is seen here instead: a
+			// close after this check finds the handler installed.
+			it.Stop()
+			continue
+		}
 		if !pc.setIter(it) {
 			return
 		}
