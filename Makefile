@@ -68,10 +68,11 @@ PEERS_FLAGS ?=
 bench-peers:
 	cd bench/peers && $(GO) vet ./... && $(GO) run . $(PEERS_FLAGS)
 
-## soak: the churn and cluster tests, repeated (make test runs them once; test-short shrinks them).
+## soak: the churn and cluster tests, repeated (make test runs them once; test-short shrinks them),
+## and the tests only soak runs (build tag soak): resets racing consumer leader changes.
 SOAK ?= 5
 soak:
-	$(GO) test -race -count=$(SOAK) -run 'Churn|Conformance|Cluster' -timeout 60m ./partition/ ./jetstream/ ./embeddedtest/
+	$(GO) test -race -tags soak -count=$(SOAK) -run 'Churn|Conformance|Cluster|ResetDuringLeaderChanges' -timeout 60m ./partition/ ./jetstream/ ./embeddedtest/
 
 ## e2e-node: install the Node.js client of the end-to-end tests (e2e/nodeclient, npm ci from
 ## its lockfile; needs Node 20 and npm).

@@ -155,8 +155,22 @@ func (b *Bus) resetConsumer(ctx context.Context, stream, name string, seq uint64
 // resetConsumerDelivered is resetConsumer returning the consumer sequence of the last delivery
 // after the reset (the next delivery is that plus one).
 func (b *Bus) resetConsumerDelivered(ctx context.Context, stream, name string, seq uint64) (uint64, error) {
-	var delivered uint64
-	err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+	info, err := b.resetConsumerInfo(ctx, stream, name, seq)
+	if err != nil {
+		return 0, err
+	}
+	return info.Delivered.Consumer, nil
+}
+
+// resetConsumerInfo is resetConsumer returning the consumer's state as the reset left it.
+func (b *Bus) resetConsumerInfo(ctx context.Context, stream, name string, seq uint64) (*natsjs.ConsumerInfo, error) {
+	resume, err := b.pauseForReset(ctx, stream, name)
+	if err != nil {
+		return nil, fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
+	}
+	defer resume()
+	var info natsjs.ConsumerInfo
+	err = retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
 		var resp *natsjs.ConsumerResetResponse
 		var err error
 		if seq == 0 {
@@ -165,14 +179,100 @@ func (b *Bus) resetConsumerDelivered(ctx context.Context, stream, name string, s
 			resp, err = b.js.ResetConsumerToSequence(ctx, stream, name, seq)
 		}
 		if err == nil && resp != nil && resp.ConsumerInfo != nil {
-			delivered = resp.Delivered.Consumer
+			info = *resp.ConsumerInfo
 		}
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
+		return nil, fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
 	}
-	return delivered, nil
+	return &info, nil
+}
+
+// resetPause is how long a replicated consumer is paused for a reset (pauseForReset): the
+// reset is answered within milliseconds, and the pause is lifted then. It bounds how long
+// a consumer stays paused when the process that paused it dies before lifting the pause.
+const resetPause = 15 * time.Second
+
+// pauseForReset pauses a replicated consumer for a reset and returns what lifts the pause.
+//
+// nats-server applies a replicated consumer's reset only once its raft group has committed
+// it, and until then the leader goes on delivering from its state before the reset. Those
+// deliveries are committed after the reset and leave the replicas' stored state past
+// messages that the reset made pending again but that are not recorded as pending: the
+// leader itself goes on from its own state, but a leader elected soon after (a node
+// restart, a leader change) resumes from the stored state and never delivers those messages
+// again, and its ack floor moves past them. A consumer that is paused delivers nothing, so
+// its reset is committed alone. (make soak: TestResetDuringLeaderChangesLosesNothing;
+// TestResetIsAppliedWhilePaused checks the pause.)
+//
+// The pause is asked of the meta leader and answered before the consumer's leader applies
+// it, so this waits until the consumer reports itself paused. A consumer with no replicas
+// has no raft group and is reset at once: it is not paused. A consumer paused for longer
+// than a reset's pause (createConsumerAt's, an operator's) is left as it is: it delivers
+// nothing during the reset either. A shorter pause is taken for one this process or
+// another left when it stopped in the middle of a reset, and lifted after this reset.
+func (b *Bus) pauseForReset(ctx context.Context, stream, name string) (func(), error) {
+	none := func() {}
+	info, err := b.consumerInfo(ctx, stream, name)
+	if err != nil {
+		return none, err
+	}
+	if info.Cluster == nil || len(info.Cluster.Replicas) == 0 || (info.Paused && info.PauseRemaining > resetPause) {
+		return none, nil
+	}
+	// The server compares the pause with its own clock: the time is taken from its answer.
+	now := info.TimeStamp
+	if now.IsZero() {
+		now = time.Now()
+	}
+	until := now.Add(resetPause)
+	err = retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+		_, err := b.js.PauseConsumer(ctx, stream, name, until)
+		return err
+	})
+	if err != nil {
+		return none, fmt.Errorf("pause for the reset: %w", err)
+	}
+	resume := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+			_, err := b.js.ResumeConsumer(ctx, stream, name)
+			return err
+		})
+		if err != nil {
+			b.opts.logger.Warn("resuming a consumer after its reset failed: it resumes when its pause ends", "stream", stream, "consumer", name, "until", until, "err", err)
+		}
+	}
+	// Within a third of the pause, so that most of it is left for the reset.
+	wait, cancel := context.WithTimeout(ctx, resetPause/3)
+	defer cancel()
+	for {
+		info, err := b.consumerInfo(wait, stream, name)
+		if err == nil && info.Paused {
+			return resume, nil
+		}
+		select {
+		case <-wait.Done():
+			resume()
+			return none, fmt.Errorf("the consumer did not pause for the reset: %w", context.Cause(wait))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (b *Bus) consumerInfo(ctx context.Context, stream, name string) (*natsjs.ConsumerInfo, error) {
+	var info *natsjs.ConsumerInfo
+	err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+		c, err := b.js.Consumer(ctx, stream, name)
+		if err != nil {
+			return err
+		}
+		info = c.CachedInfo()
+		return nil
+	})
+	return info, err
 }
 
 func wrapConsumerErr(name string, err error) error {

@@ -1,7 +1,20 @@
 package jetstream
 
-import "github.com/jetbus/jetbus"
+import (
+	"context"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetbus/jetbus"
+)
 
 // Stopping reports whether a subscription of the Bus was told to stop (Stop, Drain or its
 // context), for tests that act between the stop and its end.
 func Stopping(s jetbus.Subscription) bool { return s.(*subscription).stopping() }
+
+// ResetConsumer resets the consumer of group's partition p of topic to its ack floor, as a
+// take-over or a recovery does, and returns the consumer's state as the reset left it (as
+// its leader reported it when it applied the reset).
+func ResetConsumer(ctx context.Context, b *Bus, topic, group string, p int) (*natsjs.ConsumerInfo, error) {
+	return b.resetConsumerInfo(ctx, jetbus.StreamName(topic), jetbus.ConsumerName(group, p), 0)
+}
