@@ -163,14 +163,35 @@ func (b *Bus) resetConsumerDelivered(ctx context.Context, stream, name string, s
 }
 
 // resetConsumerInfo is resetConsumer returning the consumer's state as the reset left it.
+//
+// A replicated consumer is reset twice while it is paused (pauseForReset): the first reset
+// empties its pending set, so that nothing can propose an entry from the state before the
+// reset while the second one is committed (neither a delivery nor an InProgress or a
+// delayed nak, which a pause alone does not stop), and the second one wipes whatever the
+// entries proposed during the first one left in the replicas' stored state.
 func (b *Bus) resetConsumerInfo(ctx context.Context, stream, name string, seq uint64) (*natsjs.ConsumerInfo, error) {
-	resume, err := b.pauseForReset(ctx, stream, name)
+	p, err := b.pauseForReset(ctx, stream, name)
 	if err != nil {
 		return nil, fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
 	}
-	defer resume()
+	defer p.resume()
+	// A reset after the pause ends would race deliveries again: the resets are bounded by
+	// what is left of it.
+	ctx, cancel := p.bound(ctx)
+	defer cancel()
+	info, err := b.resetOnce(ctx, stream, name, seq)
+	if err == nil && p.active {
+		info, err = b.resetOnce(ctx, stream, name, seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
+	}
+	return info, nil
+}
+
+func (b *Bus) resetOnce(ctx context.Context, stream, name string, seq uint64) (*natsjs.ConsumerInfo, error) {
 	var info natsjs.ConsumerInfo
-	err = retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+	err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
 		var resp *natsjs.ConsumerResetResponse
 		var err error
 		if seq == 0 {
@@ -183,10 +204,7 @@ func (b *Bus) resetConsumerInfo(ctx context.Context, stream, name string, seq ui
 		}
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("jetbus: position consumer %s at %d: %w", name, seq, err)
-	}
-	return &info, nil
+	return &info, err
 }
 
 // resetPause is how long a replicated consumer is paused for a reset (pauseForReset): the
@@ -194,7 +212,19 @@ func (b *Bus) resetConsumerInfo(ctx context.Context, stream, name string, seq ui
 // a consumer stays paused when the process that paused it dies before lifting the pause.
 const resetPause = 15 * time.Second
 
-// pauseForReset pauses a replicated consumer for a reset and returns what lifts the pause.
+// A pause taken for a reset.
+type pause struct {
+	b            *Bus
+	stream, name string
+	// active: this reset paused the consumer (a replicated consumer, not paused for
+	// longer by someone else), until then (the server's clock). seen is when the consumer
+	// reported itself paused (this process's clock).
+	active bool
+	until  time.Time
+	seen   time.Time
+}
+
+// pauseForReset pauses a replicated consumer for a reset; resume lifts the pause.
 //
 // nats-server applies a replicated consumer's reset only once its raft group has committed
 // it, and until then the leader goes on delivering from its state before the reset. Those
@@ -202,48 +232,39 @@ const resetPause = 15 * time.Second
 // messages that the reset made pending again but that are not recorded as pending: the
 // leader itself goes on from its own state, but a leader elected soon after (a node
 // restart, a leader change) resumes from the stored state and never delivers those messages
-// again, and its ack floor moves past them. A consumer that is paused delivers nothing, so
-// its reset is committed alone. (make soak: TestResetDuringLeaderChangesLosesNothing;
-// TestResetIsAppliedWhilePaused checks the pause.)
+// again, and its ack floor moves past them. A consumer that is paused delivers nothing.
+// (make soak: TestResetDuringLeaderChangesLosesNothing; TestResetIsAppliedWhilePaused
+// checks the pause.)
 //
 // The pause is asked of the meta leader and answered before the consumer's leader applies
 // it, so this waits until the consumer reports itself paused. A consumer with no replicas
 // has no raft group and is reset at once: it is not paused. A consumer paused for longer
 // than a reset's pause (createConsumerAt's, an operator's) is left as it is: it delivers
-// nothing during the reset either. A shorter pause is taken for one this process or
-// another left when it stopped in the middle of a reset, and lifted after this reset.
-func (b *Bus) pauseForReset(ctx context.Context, stream, name string) (func(), error) {
-	none := func() {}
+// nothing during the reset either. A shorter pause is taken for one left by a process that
+// stopped in the middle of a reset, and replaced.
+func (b *Bus) pauseForReset(ctx context.Context, stream, name string) (*pause, error) {
+	p := &pause{b: b, stream: stream, name: name}
 	info, err := b.consumerInfo(ctx, stream, name)
 	if err != nil {
-		return none, err
+		return p, err
 	}
 	if info.Cluster == nil || len(info.Cluster.Replicas) == 0 || (info.Paused && info.PauseRemaining > resetPause) {
-		return none, nil
+		return p, nil
 	}
 	// The server compares the pause with its own clock: the time is taken from its answer.
+	// It also tells this pause from another reset's (resume).
 	now := info.TimeStamp
 	if now.IsZero() {
 		now = time.Now()
 	}
-	until := now.Add(resetPause)
+	p.active, p.until = true, now.Add(resetPause)
 	err = retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
-		_, err := b.js.PauseConsumer(ctx, stream, name, until)
+		_, err := b.js.PauseConsumer(ctx, stream, name, p.until)
 		return err
 	})
 	if err != nil {
-		return none, fmt.Errorf("pause for the reset: %w", err)
-	}
-	resume := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
-			_, err := b.js.ResumeConsumer(ctx, stream, name)
-			return err
-		})
-		if err != nil {
-			b.opts.logger.Warn("resuming a consumer after its reset failed: it resumes when its pause ends", "stream", stream, "consumer", name, "until", until, "err", err)
-		}
+		p.resume() // it may have been applied all the same
+		return p, fmt.Errorf("pause for the reset: %w", err)
 	}
 	// Within a third of the pause, so that most of it is left for the reset.
 	wait, cancel := context.WithTimeout(ctx, resetPause/3)
@@ -251,14 +272,49 @@ func (b *Bus) pauseForReset(ctx context.Context, stream, name string) (func(), e
 	for {
 		info, err := b.consumerInfo(wait, stream, name)
 		if err == nil && info.Paused {
-			return resume, nil
+			p.seen = time.Now()
+			return p, nil
 		}
 		select {
 		case <-wait.Done():
-			resume()
-			return none, fmt.Errorf("the consumer did not pause for the reset: %w", context.Cause(wait))
+			p.resume()
+			return p, fmt.Errorf("the consumer did not pause for the reset: %w", context.Cause(wait))
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// bound returns ctx ending, at the latest, well before the pause ends.
+func (p *pause) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !p.active {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, p.seen.Add(resetPause/2))
+}
+
+// resume lifts the pause if it is still this reset's: a reset of the same consumer by
+// another process (a release and a take-over at once) may have replaced it with its own,
+// which that reset lifts when it is done.
+func (p *pause) resume() {
+	if !p.active {
+		return
+	}
+	p.active = false
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
+		info, err := p.b.consumerInfo(ctx, p.stream, p.name)
+		if err != nil {
+			return err
+		}
+		if u := info.Config.PauseUntil; u == nil || !u.Equal(p.until) {
+			return nil
+		}
+		_, err = p.b.js.ResumeConsumer(ctx, p.stream, p.name)
+		return err
+	})
+	if err != nil {
+		p.b.opts.logger.Warn("resuming a consumer after its reset failed: it resumes when its pause ends", "stream", p.stream, "consumer", p.name, "until", p.until, "err", err)
 	}
 }
 

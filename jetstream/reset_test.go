@@ -21,6 +21,11 @@ import (
 // leave the replicas' stored state past messages the reset made pending again, and a leader
 // elected soon after never delivers those messages again. Paused, the leader makes none.
 // The reset's answer carries the consumer's state when its leader applied it.
+//
+// The consumer is reset twice: the first reset empties its pending set, so that nothing can
+// propose an entry from the state before it while the second one is committed (an
+// InProgress or a delayed nak is not stopped by the pause), and the second one wipes what
+// such entries left.
 func TestResetIsAppliedWhilePaused(t *testing.T) {
 	c := embeddedtest.Cluster(t, 3)
 	ctx := t.Context()
@@ -43,10 +48,20 @@ func TestResetIsAppliedWhilePaused(t *testing.T) {
 	}
 
 	t.Run("paused for the reset, resumed after", func(t *testing.T) {
+		nc := embeddedtest.Connect(t, c.URLs())
+		resets, err := nc.SubscribeSync("$JS.API.CONSUMER.RESET." + stream + "." + name)
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
 		info, err := jbjs.ResetConsumer(ctx, b, "reset", "g", 0)
 		require.NoError(t, err)
 		assert.True(t, info.Paused, "the reset was applied while the consumer delivered")
 		assert.True(t, resumed(), "the consumer was left paused")
+		// Reset twice: an InProgress or a delayed nak proposed during the first reset,
+		// which a pause does not stop, is wiped by the second one.
+		require.NoError(t, nc.Flush())
+		n, _, err := resets.Pending()
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "resets asked")
 	})
 	t.Run("a pause left by a reset that stopped halfway is lifted", func(t *testing.T) {
 		_, err := js.PauseConsumer(ctx, stream, name, time.Now().Add(5*time.Second))
