@@ -18,3 +18,7 @@ func Stopping(s jetbus.Subscription) bool { return s.(*subscription).stopping() 
 func ResetConsumer(ctx context.Context, b *Bus, topic, group string, p int) (*natsjs.ConsumerInfo, error) {
 	return b.resetConsumerInfo(ctx, jetbus.StreamName(topic), jetbus.ConsumerName(group, p), 0)
 }
+
+// IterClosed waits, as a release or a recovery does, until a stopped or drained pull's inbox
+// is unsubscribed, and reports whether it saw that before giving up.
+func IterClosed(it natsjs.MessagesContext) bool { return iterClosed(it) }

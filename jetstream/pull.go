@@ -88,19 +88,35 @@ func (pc *partConsumer) stopIter() {
 // the server, which pins the pull's requests to this client, may still deliver to them,
 // and the client drops what arrives: a release or a recovery that looked at the consumer
 // before would miss those deliveries, and they would come back only after the ack timeout,
-// behind later events of their keys.
-func iterClosed(it natsjs.MessagesContext) {
+// behind later events of their keys. It reports whether the inbox was unsubscribed within
+// iterCloseWait (false: it gave up waiting).
+//
+// It asks the iterator again and again: nats.go's Closed (v1.55.0) returns an already closed
+// channel once the inbox is unsubscribed, but for a Messages iterator it never closes a
+// channel it returned before (only Consume's closed handler does). Waiting on one channel
+// waited the whole bound after every recovery and every release, and a NATS node restart
+// held a partition's events for 5 s or more.
+func iterClosed(it natsjs.MessagesContext) bool {
 	c, ok := it.(interface{ Closed() <-chan struct{} }) // nats.go's iterator has it
 	if !ok {
-		return
+		return true
 	}
-	t := time.NewTimer(5 * time.Second)
+	t := time.NewTimer(iterCloseWait)
 	defer t.Stop()
-	select {
-	case <-c.Closed():
-	case <-t.C:
+	for poll := 50 * time.Microsecond; ; poll = min(2*poll, 10*time.Millisecond) {
+		select {
+		case <-c.Closed():
+			return true
+		case <-t.C:
+			return false
+		case <-time.After(poll):
+		}
 	}
 }
+
+// iterCloseWait bounds iterClosed: the unsubscribe follows Stop within microseconds, unless
+// the process is starved or its connection is gone.
+const iterCloseWait = 5 * time.Second
 
 func (pc *partConsumer) setIter(it natsjs.MessagesContext) bool {
 	pc.mu.Lock()
