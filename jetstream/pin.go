@@ -100,11 +100,12 @@ func (pc *partConsumer) settledInfo(ctx context.Context, wait time.Duration) (*n
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
+		// Each lookup is bounded (apiPolicy) and asked again: an answer lost with a stopped
+		// node would otherwise hold the release or the recovery for all of ctx.
+		info, err := b.consumerInfo(ctx, pc.stream, pc.name)
 		if err != nil {
 			return nil, err
 		}
-		info := cons.CachedInfo()
 		upTo := pc.handledUpTo.Load()
 		caughtUp := upTo > 0 && info.AckFloor.Stream >= upTo && !pc.naked.Load()
 		if info.NumAckPending == 0 || caughtUp || time.Now().After(deadline) {
@@ -201,14 +202,13 @@ func (pc *partConsumer) takeOver() error {
 	if err := b.unpin(ctx, pc.stream, pc.name); err != nil {
 		return err
 	}
-	cons, err := b.js.Consumer(ctx, pc.stream, pc.name)
+	info, err := b.consumerInfo(ctx, pc.stream, pc.name)
 	if err != nil {
 		return err
 	}
 	// The consumer sequence from here on is the baseline of gap detection: a delivery the
 	// server still sends to the previous holder's pull (a crashed process's request it has
 	// not dropped yet) shows as a gap in this client's first delivery, and is recovered.
-	info := cons.CachedInfo()
 	pc.lastDSeq = info.Delivered.Consumer
 	if info.NumAckPending > 0 {
 		delivered, err := b.resetConsumerDelivered(ctx, pc.stream, pc.name, 0)
