@@ -12,10 +12,12 @@ import (
 
 // TestStoppedPullIsSeenClosed: a release and a recovery of lost deliveries wait until the
 // pull they stopped has unsubscribed its inbox, and they see it as soon as it has, rather
-// than after the whole bound of the wait (5 s). nats.go's Closed returns a closed channel
-// once a Messages iterator's inbox is unsubscribed, but never closes one it returned
-// before: waiting on that one held every recovery and every release for 5 s, and a NATS
-// node restart held a partition's events for 5 to 11 s (e2e TestNATSNodeRestarts).
+// than after the whole bound of the wait (5 s). For a Messages iterator, nats.go's Closed
+// closes its channel only when it is called after the inbox is unsubscribed, not at the
+// unsubscribe: waiting on the channel of one call held nearly every recovery and release
+// for 5 s, and a NATS node restart held a partition's events for 5 to 11 s (e2e
+// TestNATSNodeRestarts). With that wait, a drained round fails nearly always (Drain
+// unsubscribes after a round trip to the server), a stopped one most of the time.
 func TestStoppedPullIsSeenClosed(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	js, err := natsjs.New(embeddedtest.Connect(t, s.ClientURL()))
@@ -33,8 +35,8 @@ func TestStoppedPullIsSeenClosed(t *testing.T) {
 		{"drained", natsjs.MessagesContext.Drain},
 	} {
 		t.Run(end.name, func(t *testing.T) {
-			// Each time the iterator's goroutine may or may not have unsubscribed when the
-			// wait starts: both orders are met in a few rounds.
+			// The iterator's goroutine may or may not have unsubscribed when the wait
+			// starts: a few rounds, as the order is up to the scheduler.
 			for i := range 10 {
 				it, err := cons.Messages()
 				require.NoError(t, err)

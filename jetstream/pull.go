@@ -91,11 +91,11 @@ func (pc *partConsumer) stopIter() {
 // behind later events of their keys. It reports whether the inbox was unsubscribed within
 // iterCloseWait (false: it gave up waiting).
 //
-// It asks the iterator again and again: nats.go's Closed (v1.55.0) returns an already closed
-// channel once the inbox is unsubscribed, but for a Messages iterator it never closes a
-// channel it returned before (only Consume's closed handler does). Waiting on one channel
-// waited the whole bound after every recovery and every release, and a NATS node restart
-// held a partition's events for 5 s or more.
+// It asks the iterator again and again: for a Messages iterator, nats.go's Closed (v1.55.0)
+// closes its channel only when it is called after the inbox is unsubscribed; nothing closes
+// it at the unsubscribe (only Consume's closed handler does). Waiting on the channel of one
+// call waited the whole bound after nearly every recovery and release, and a NATS node
+// restart held a partition's events for 5 s or more.
 func iterClosed(it natsjs.MessagesContext) bool {
 	c, ok := it.(interface{ Closed() <-chan struct{} }) // nats.go's iterator has it
 	if !ok {
@@ -114,8 +114,9 @@ func iterClosed(it natsjs.MessagesContext) bool {
 	}
 }
 
-// iterCloseWait bounds iterClosed: the unsubscribe follows Stop within microseconds, unless
-// the process is starved or its connection is gone.
+// iterCloseWait bounds iterClosed: the unsubscribe follows Stop within microseconds, and
+// Drain after a flush (a round trip to the server), unless the process is starved or its
+// connection is gone.
 const iterCloseWait = 5 * time.Second
 
 func (pc *partConsumer) setIter(it natsjs.MessagesContext) bool {
