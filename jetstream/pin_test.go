@@ -3,10 +3,12 @@ package jetstream_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -105,4 +107,43 @@ func TestTakeOverFromCrashedClient(t *testing.T) {
 	for i, seq := range r.seqs {
 		assert.Equal(t, uint64(6+i), seq, fmt.Sprintf("delivery %d in order", i))
 	}
+}
+
+// A consumer deleted before its take-over succeeds is recreated: the take-over's retries look
+// the consumer up again rather than ask for the deleted one forever. (The server refuses the
+// take-over's unpin until the consumer is gone, so the take-over cannot succeed first.)
+func TestTakeOverRecreatesDeletedConsumer(t *testing.T) {
+	dir := t.TempDir()
+	options := func(port int, denyUnpin bool) *server.Options {
+		opts := embeddedtest.ServerOptions(dir)
+		opts.Port = port
+		bus := &server.User{Username: "bus", Password: "bus-secret"}
+		if denyUnpin {
+			bus.Permissions = &server.Permissions{Publish: &server.SubjectPermission{
+				Allow: []string{">"}, Deny: []string{"$JS.API.CONSUMER.UNPIN.>"},
+			}}
+		}
+		opts.Users = []*server.User{bus, {Username: "admin", Password: "admin-secret"}}
+		return opts
+	}
+	s, err := embeddedtest.StartServer(options(server.RANDOM_PORT, true))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	port := s.Addr().(*net.TCPAddr).Port
+	ctx := context.Background()
+	admin := embeddedtest.Bus(t, fmt.Sprintf("nats://admin:admin-secret@127.0.0.1:%d", port))
+	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "gone"}))
+
+	r := &seqRecorder{}
+	b := embeddedtest.Bus(t, fmt.Sprintf("nats://bus:bus-secret@127.0.0.1:%d", port))
+	sub, err := b.SubscribePartition(ctx, "gone", "g", 0, r.handler, jetbus.FromEarliest())
+	require.NoError(t, err)
+	defer sub.Stop()
+	require.NoError(t, admin.JetStream().DeleteConsumer(ctx, jetbus.StreamName("gone"), jetbus.ConsumerName("g", 0)))
+	require.NoError(t, s.ReloadOptions(options(port, false)))
+
+	_, err = admin.Publish(ctx, "gone", 1)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return r.len() == 1 }, 20*time.Second, 10*time.Millisecond,
+		"the consumer is recreated and the event delivered")
 }

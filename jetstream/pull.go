@@ -176,6 +176,7 @@ func (pc *partConsumer) run() {
 		if takeOver {
 			if err := pc.takeOver(); err != nil {
 				pc.log.Warn("take over failed", "err", err)
+				pc.cons = nil // the consumer may be gone (recreated above) or moved: look it up again
 				continue
 			}
 			takeOver = false
