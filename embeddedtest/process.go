@@ -63,7 +63,9 @@ const killWithin = 10 * time.Second
 // for a test that reads one stream alone or keeps the output in a file.
 //
 // When the test ends, a process still running is killed (SIGKILL) and waited for, and, if the
-// test failed, the last lines of its output are logged.
+// test failed, the last lines of its output are logged; with OutputDirEnv set, its whole
+// output is written to a file in that directory as well (a fault scenario's cause is often
+// far above the last lines).
 func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
 	t.Helper()
 	if name == "" {
@@ -91,9 +93,32 @@ func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
 		p.Kill()
 		if t.Failed() {
 			t.Logf("%s (pid %d, %s), last lines of its output:\n%s", name, cmd.Process.Pid, state, p.out.Tail(100))
+			p.keepOutput()
 		}
 	})
 	return p
+}
+
+// OutputDirEnv names the environment variable of a directory where Start keeps the whole
+// output of each process of a failed test, as <test>-<process>.log.
+const OutputDirEnv = "JETBUS_TEST_OUTPUT"
+
+func (p *Process) keepOutput() {
+	dir := os.Getenv(OutputDirEnv)
+	if dir == "" {
+		return
+	}
+	name := strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(p.t.Name() + "-" + p.Name)
+	path := filepath.Join(dir, name+".log")
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = os.WriteFile(path, []byte(p.out.String()), 0o644)
+	}
+	if err != nil {
+		p.t.Logf("%s: keep its output: %v", p.Name, err)
+		return
+	}
+	p.t.Logf("%s: whole output in %s", p.Name, path)
 }
 
 func (p *Process) collect(w io.Writer) io.Writer {
