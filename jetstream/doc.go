@@ -63,15 +63,19 @@
 //     settled, not with naks: a nak that reached the server after the next owner received the
 //     same event would send it back again, out of order. They are delivered next, in order,
 //     with their Attempt unchanged.
-//   - Deliveries lost on the way to this client (a reconnect, a consumer leader change) show
-//     as a gap in the consumer sequence. The pull ends there and the lost deliveries are
-//     returned by the same reset before anything later is handled, so per-partition order
-//     holds across server restarts; when the reset cannot be made yet (the server
-//     unreachable), the gap is kept and the recovery retried. With ManualAck the reset waits
-//     for the application to settle what it holds (it would otherwise be delivered twice):
-//     while it holds deliveries past AckTimeout, the gap is kept too, so nothing later is
-//     handed over before the lost deliveries (the server alone would send them again only
-//     after their ack timeout, behind later events).
+//   - Deliveries lost on the way to this client (a reconnect, a consumer leader change, a
+//     pull request of this client the server still fills after the client stopped reading
+//     it) show as a gap in the consumer sequence: every delivery of a pinned consumer goes to
+//     one client, so any sequence but the last one plus one is a gap, including the first
+//     delivery after a reset (the sequence starts again at 1) and a sequence that went
+//     backwards (a reset or a leader change behind the client's back). The pull ends there
+//     and the lost deliveries are returned by the same reset before anything later is
+//     handled, so per-partition order holds across server restarts; when the reset cannot
+//     be made yet (the server unreachable), the gap is kept and the recovery retried. With
+//     ManualAck the reset waits for the application to settle what it holds (it would
+//     otherwise be delivered twice): while it holds deliveries past AckTimeout, the gap is
+//     kept too, so nothing later is handed over before the lost deliveries (the server alone
+//     would send them again only after their ack timeout, behind later events).
 //
 // # Tracing
 //
@@ -124,8 +128,10 @@
 //     SubscribePartition (takeOver, pin.go), opens a pull (Consumer.Messages, sized by the
 //     pull window, priority group jetbus) and hands it to consume.
 //  2. pull.go, partConsumer.consume: it.Next fetches the message; the pin the server gave this
-//     client is read from its Nats-Pin-Id header; fence: a consumer sequence that skips ends
-//     the pull (errDeliveryGap) before the message is handled, and run calls
+//     client is read from its Nats-Pin-Id header; fence: a consumer sequence other than the
+//     last one plus one (checkSequence; the baseline after a take-over or a recovery is the
+//     consumer's state the server reported) ends the pull (errDeliveryGap) before the
+//     message is handled, and run calls
 //     recoverDeliveries (pin.go) to have the lost deliveries sent again, first and in order;
 //     fence: a message fetched after Stop (not Drain) is not started but left pending for
 //     release.

@@ -26,7 +26,7 @@ import (
 // recovery is retried, instead of later events being handled before the lost deliveries.
 func (pc *partConsumer) recoverDeliveries() bool {
 	if pc.pinID == "" {
-		pc.lastDSeq = 0
+		pc.lastDSeq, pc.dseqKnown = 0, false
 		return true
 	}
 	b := pc.sub.bus
@@ -53,7 +53,7 @@ func (pc *partConsumer) recoverDeliveries() bool {
 		return false
 	}
 	if info.NumAckPending == 0 {
-		pc.lastDSeq = info.Delivered.Consumer
+		pc.lastDSeq, pc.dseqKnown = info.Delivered.Consumer, true
 		return true
 	}
 	if !pinnedBy(info, pc.pinID) {
@@ -64,7 +64,7 @@ func (pc *partConsumer) recoverDeliveries() bool {
 		pc.log.Warn("returning lost deliveries failed; retrying", "err", err)
 		return false
 	}
-	pc.lastDSeq = delivered
+	pc.lastDSeq, pc.dseqKnown = delivered, true
 	return true
 }
 
@@ -209,13 +209,13 @@ func (pc *partConsumer) takeOver() error {
 	// The consumer sequence from here on is the baseline of gap detection: a delivery the
 	// server still sends to the previous holder's pull (a crashed process's request it has
 	// not dropped yet) shows as a gap in this client's first delivery, and is recovered.
-	pc.lastDSeq = info.Delivered.Consumer
+	pc.lastDSeq, pc.dseqKnown = info.Delivered.Consumer, true
 	if info.NumAckPending > 0 {
 		delivered, err := b.resetConsumerDelivered(ctx, pc.stream, pc.name, 0)
 		if err != nil {
 			return err
 		}
-		pc.lastDSeq = delivered
+		pc.lastDSeq = delivered // 0: the next delivery is the consumer's first again
 	}
 	return nil
 }

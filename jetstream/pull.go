@@ -50,10 +50,14 @@ type partConsumer struct {
 	iter natsjs.MessagesContext
 
 	// pinID is the pin the server gave this client, if it ever did, and lastDSeq the consumer
-	// sequence of the last delivery received. Only the partition's own goroutine (run,
+	// sequence of the last delivery received, or of the consumer's last delivery as the
+	// server reported it after a take-over or a recovery (0 after a reset: the consumer's
+	// sequence starts again at 1). dseqKnown says whether lastDSeq is such a baseline; it is
+	// not before the partition's first delivery. Only the partition's own goroutine (run,
 	// consume and the deferred release) touches them.
-	pinID    string
-	lastDSeq uint64
+	pinID     string
+	lastDSeq  uint64
+	dseqKnown bool
 	// handledUpTo is the stream sequence of the last event handled and settled, when events
 	// are handled one at a time (without KeyConcurrency): every earlier delivery of this
 	// client is settled too.
@@ -268,12 +272,9 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 			_ = msg.TermWithReason("jetbus: no metadata")
 			continue
 		}
-		if dseq := meta.Sequence.Consumer; pc.lastDSeq != 0 && dseq > pc.lastDSeq+1 {
-			// Deliveries between the two were lost on the way to this client: this one must
-			// wait for them (the recovery delivers it again, after them).
-			return fmt.Errorf("%w: consumer sequence %d after %d", errDeliveryGap, dseq, pc.lastDSeq)
+		if err := pc.checkSequence(meta.Sequence.Consumer); err != nil {
+			return err
 		}
-		pc.lastDSeq = meta.Sequence.Consumer
 		if pc.sub.stopping() && !pc.sub.draining.Load() {
 			// Fetched but not started: left pending, release returns it to the consumer with
 			// a reset (a nak could reach the server after that reset and hit the next owner's
@@ -292,4 +293,19 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 			return errShrink
 		}
 	}
+}
+
+// checkSequence takes the consumer sequence of the next delivery of a pinned pull. Every
+// delivery of the consumer goes to its pinned client, one after the other, so the next one is
+// the last one plus one. Any other sequence means deliveries went elsewhere: a pull request of
+// this client the server still fills after the client stopped reading it (a reconnect, a node
+// restart, the first delivery after a recovery's reset taken by such a request), or a reset or
+// a leader change behind the client's back (the sequence went backwards). The delivery must
+// then wait for those before it: the recovery returns everything unacknowledged, in order.
+func (pc *partConsumer) checkSequence(dseq uint64) error {
+	if pc.dseqKnown && dseq != pc.lastDSeq+1 {
+		return fmt.Errorf("%w: consumer sequence %d after %d", errDeliveryGap, dseq, pc.lastDSeq)
+	}
+	pc.lastDSeq, pc.dseqKnown = dseq, true
+	return nil
 }

@@ -387,10 +387,13 @@ func (ps *partState) accept(ctx context.Context, d *jetbus.Delivery) error {
 func (ps *partState) add(en *entry) {
 	ps.mu.Lock()
 	if ps.closed || en.d.Seq <= ps.lastSeq {
-		written := !ps.closed && en.d.Seq <= ps.ackedUpTo
+		closed, written, last := ps.closed, !ps.closed && en.d.Seq <= ps.ackedUpTo, ps.lastSeq
 		ps.mu.Unlock()
-		if written {
+		switch {
+		case written:
 			ps.ackAgain(en.d)
+		case !closed:
+			ps.e.log.Debug("redelivery of a held event dropped; the batch settles it", "projection", ps.e.name, "partition", ps.p, "seq", en.d.Seq, "last", last)
 		}
 		return
 	}
