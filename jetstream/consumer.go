@@ -146,20 +146,12 @@ func (b *Bus) createConsumerAt(ctx context.Context, stream string, cfg natsjs.Co
 }
 
 // resetConsumer makes stream sequence seq the consumer's next delivery; seq 0 means its ack
-// floor + 1, which returns every unacknowledged delivery to the consumer, in order.
+// floor + 1, which returns every unacknowledged delivery to the consumer, in order. The
+// consumer sequence starts again at 1 with the next delivery (nats-server's reset sets it so,
+// whatever the stream sequence).
 func (b *Bus) resetConsumer(ctx context.Context, stream, name string, seq uint64) error {
-	_, err := b.resetConsumerDelivered(ctx, stream, name, seq)
+	_, err := b.resetConsumerInfo(ctx, stream, name, seq)
 	return err
-}
-
-// resetConsumerDelivered is resetConsumer returning the consumer sequence of the last delivery
-// after the reset (the next delivery is that plus one).
-func (b *Bus) resetConsumerDelivered(ctx context.Context, stream, name string, seq uint64) (uint64, error) {
-	info, err := b.resetConsumerInfo(ctx, stream, name, seq)
-	if err != nil {
-		return 0, err
-	}
-	return info.Delivered.Consumer, nil
 }
 
 // resetConsumerInfo is resetConsumer returning the consumer's state as the reset left it.

@@ -26,7 +26,9 @@ import (
 // recovery is retried, instead of later events being handled before the lost deliveries.
 func (pc *partConsumer) recoverDeliveries() bool {
 	if pc.pinID == "" {
-		pc.lastDSeq, pc.dseqKnown = 0, false
+		// Nothing delivered to this client yet: nothing to return. A baseline from the
+		// consumer's state stays (baseline): a delivery lost before the pin was known shows
+		// as a gap in the next pull, which has the pin.
 		return true
 	}
 	b := pc.sub.bus
@@ -59,12 +61,14 @@ func (pc *partConsumer) recoverDeliveries() bool {
 	if !pinnedBy(info, pc.pinID) {
 		return false
 	}
-	delivered, err := b.resetConsumerDelivered(ctx, pc.stream, pc.name, 0)
-	if err != nil {
+	if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
 		pc.log.Warn("returning lost deliveries failed; retrying", "err", err)
 		return false
 	}
-	pc.lastDSeq, pc.dseqKnown = delivered, true
+	// The next delivery is the consumer's first (1) again. Not the sequence the reset's
+	// answer reports: a single-replica consumer resumes delivering before it answers, and a
+	// request of this client the server still fills may have taken that first delivery.
+	pc.lastDSeq, pc.dseqKnown = 0, true
 	return true
 }
 
@@ -211,11 +215,10 @@ func (pc *partConsumer) takeOver() error {
 	// not dropped yet) shows as a gap in this client's first delivery, and is recovered.
 	pc.lastDSeq, pc.dseqKnown = info.Delivered.Consumer, true
 	if info.NumAckPending > 0 {
-		delivered, err := b.resetConsumerDelivered(ctx, pc.stream, pc.name, 0)
-		if err != nil {
+		if err := b.resetConsumer(ctx, pc.stream, pc.name, 0); err != nil {
 			return err
 		}
-		pc.lastDSeq = delivered // 0: the next delivery is the consumer's first again
+		pc.lastDSeq = 0 // the next delivery is the consumer's first again (recoverDeliveries)
 	}
 	return nil
 }

@@ -139,6 +139,7 @@ func (pc *partConsumer) run() {
 	defer pc.release()
 	b := pc.sub.bus
 	takeOver := pc.sub.takeOver
+	pc.baseline()
 	var backoff retry.Backoff // every failure below is retried until the subscription stops
 	wait := false
 	for !pc.sub.stopping() {
@@ -164,6 +165,7 @@ func (pc *partConsumer) run() {
 			}
 			pc.cons = cons
 			pc.reclaimPin()
+			pc.baseline()
 		}
 		if pc.sub.opts.Unordered {
 			// No pin, no takeover, no recovery by reset: see unordered.go.
@@ -292,6 +294,21 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		case -1:
 			return errShrink
 		}
+	}
+}
+
+// baseline sets the consumer sequence the partition's first delivery is checked against,
+// from the consumer's state when it was looked up, when nothing was pending then: a pull
+// request the server fills before this client knows its pin (one it no longer reads, or
+// another client's that took the pin first) then shows as a gap too. With deliveries pending
+// (a previous holder's), there is no baseline: the first delivery is taken as it comes, and
+// a take-over (SubscribePartition) is what returns them first.
+func (pc *partConsumer) baseline() {
+	if pc.pinID != "" || pc.dseqKnown || pc.sub.opts.Unordered || pc.cons == nil {
+		return
+	}
+	if info := pc.cons.CachedInfo(); info != nil && info.NumAckPending == 0 {
+		pc.lastDSeq, pc.dseqKnown = info.Delivered.Consumer, true
 	}
 }
 

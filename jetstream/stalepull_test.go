@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetbus/jetbus"
@@ -80,7 +81,7 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 	req, err := json.Marshal(map[string]any{"batch": 2, "expires": int64(30 * time.Second), "group": jetbus.PriorityGroup, "id": pin})
 	require.NoError(t, err)
 	require.NoError(t, nc.PublishRequest(fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, consumer), stolen.Subject, req))
-	require.NoError(t, nc.Flush())
+	waitWaiting(t, js, stream, consumer, 2) // the server queues requests on a goroutine of its own
 
 	publish() // 5: the partition's
 	publish() // 6: the raw request's
@@ -106,4 +107,81 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 	}
 	i6, i7 := slices.Index(got, 6), slices.Index(got, 7)
 	require.True(t, i6 >= 0 && i6 < i7, "event 6 is handled before event 7: handled %v", got)
+}
+
+// waitWaiting waits until the consumer has n pull requests waiting.
+func waitWaiting(t *testing.T, js natsjs.JetStream, stream, consumer string, n int) {
+	t.Helper()
+	var have int
+	ok := embeddedtest.Poll(10*time.Second, 5*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		cons, err := js.Consumer(ctx, stream, consumer)
+		if err != nil {
+			return false
+		}
+		have = cons.CachedInfo().NumWaiting
+		return have == n
+	})
+	require.True(t, ok, "%d pull requests waiting at %s, want %d", have, consumer, n)
+}
+
+// TestGapBeforeThePin: a pull request the partition does not read takes the consumer's pin
+// and its first delivery before the partition's first pull is served (a request of this
+// client lost with its connection, or of a client that died with it). The partition gets
+// the pin only when that one times out, and its first delivery must be checked against the
+// consumer's state when it subscribed, or it handles event 2 while event 1 waits out its
+// ack timeout.
+func TestGapBeforeThePin(t *testing.T) {
+	s := embeddedtest.NATS(t)
+	bus := embeddedtest.Bus(t, s.ClientURL(), jbjs.WithPinnedTTL(time.Second))
+	ctx := context.Background()
+	const topic, group = "early", "g"
+	require.NoError(t, bus.EnsureTopic(ctx, jbjs.TopicConfig{Name: topic, Partitions: 1}))
+	seqs := make(chan uint64, 100)
+	handler := func(_ context.Context, d *jetbus.Delivery) error {
+		seqs <- d.Seq
+		return nil
+	}
+	// The group's consumer, created by a subscription that got nothing.
+	first, err := bus.Subscribe(ctx, topic, group, handler, jetbus.FromEarliest(), jetbus.AckTimeout(time.Minute))
+	require.NoError(t, err)
+	require.NoError(t, first.Stop())
+
+	stream, consumer := jetbus.StreamName(topic), jetbus.ConsumerName(group, 0)
+	js := bus.JetStream()
+	waitWaiting(t, js, stream, consumer, 0)
+	nc := embeddedtest.Connect(t, s.ClientURL())
+	stolen, err := nc.SubscribeSync(nats.NewInbox())
+	require.NoError(t, err)
+	req, err := json.Marshal(map[string]any{"batch": 1, "expires": int64(30 * time.Second), "group": jetbus.PriorityGroup})
+	require.NoError(t, err)
+	require.NoError(t, nc.PublishRequest(fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, consumer), stolen.Subject, req))
+	waitWaiting(t, js, stream, consumer, 1)
+
+	sub, err := bus.Subscribe(ctx, topic, group, handler, jetbus.FromEarliest(), jetbus.AckTimeout(time.Minute))
+	require.NoError(t, err)
+	defer sub.Stop()
+	waitWaiting(t, js, stream, consumer, 2) // the raw request first, then the partition's
+	for range 2 {
+		_, err := bus.Publish(ctx, topic, map[string]int{"n": 1})
+		require.NoError(t, err)
+	}
+	m, err := stolen.NextMsg(5 * time.Second)
+	require.NoError(t, err)
+	meta, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), meta.Sequence.Stream, "the raw request took the pin and event 1")
+
+	var got []uint64
+	for !slices.Contains(got, 2) {
+		select {
+		case seq := <-seqs:
+			got = append(got, seq)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no delivery within 10s; handled so far %v", got)
+		}
+	}
+	i1, i2 := slices.Index(got, 1), slices.Index(got, 2)
+	require.True(t, i1 >= 0 && i1 < i2, "event 1 is handled before event 2: handled %v", got)
 }
