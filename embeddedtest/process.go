@@ -100,7 +100,9 @@ func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
 }
 
 // OutputDirEnv names the environment variable of a directory where Start keeps the whole
-// output of each process of a failed test, as <test>-<process>.log.
+// output of each process of a failed test, as <test>-<process>-<pid>.log (a test may start
+// several processes of one name, one after the other or at once). A relative directory is
+// relative to each test package's directory.
 const OutputDirEnv = "JETBUS_TEST_OUTPUT"
 
 func (p *Process) keepOutput() {
@@ -108,7 +110,7 @@ func (p *Process) keepOutput() {
 	if dir == "" {
 		return
 	}
-	name := strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(p.t.Name() + "-" + p.Name)
+	name := strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(fmt.Sprintf("%s-%s-%d", p.t.Name(), p.Name, p.Cmd.Process.Pid))
 	path := filepath.Join(dir, name+".log")
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
