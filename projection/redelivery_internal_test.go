@@ -104,3 +104,29 @@ func TestRedeliveryOfAWrittenEventIsAcknowledged(t *testing.T) {
 	deliver(4)
 	require.True(t, embeddedtest.Poll(10*time.Second, time.Millisecond, acked("e3", "e4")), "the second batch was not acknowledged once")
 }
+
+// TestOutOfOrderDeliveryIsReported: a delivery below one the partition took, that it never
+// took itself, can only come from a Bus that delivered out of order; the partition cannot
+// apply it any more (its batches move the checkpoint past it), so it says so as an error. A
+// redelivery of an event it holds is no error.
+func TestOutOfOrderDeliveryIsReported(t *testing.T) {
+	var logs embeddedtest.SyncBuffer
+	e := &engine{name: "p", group: "g", bus: &ackCounter{n: map[string]int{}}, dl: noDeadLetters{}, s: writeAll{},
+		log:   slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		cfg:   Config{BatchSize: 10, Linger: time.Hour, WriteTimeout: 5 * time.Second, StopTimeout: 5 * time.Second},
+		parts: map[partKey]*partState{}}
+	ps := e.newPart("orders", 0)
+	defer ps.abandon()
+	deliver := func(seq uint64) {
+		t.Helper()
+		d := &jetbus.Delivery{Event: &jetbus.Event{ID: fmt.Sprintf("e%d", seq), Topic: "orders", Key: "k", Seq: seq}, Group: "g", Attempt: 1}
+		require.NoError(t, ps.handle(context.Background(), d))
+	}
+	deliver(5)
+	deliver(5) // held: a redelivery
+	assert.Contains(t, logs.String(), `"msg":"redelivery of a held event dropped; its batch settles it"`)
+	assert.NotContains(t, logs.String(), `"level":"ERROR"`)
+	deliver(3) // never taken, below 5
+	assert.Contains(t, logs.String(), `"level":"ERROR","msg":"delivery out of order dropped: an event after it was taken first"`)
+	assert.Contains(t, logs.String(), `"seq":3,"last":5`)
+}
