@@ -21,7 +21,9 @@ var (
 	ErrInvalidConfig = fmt.Errorf("jetstream: %w", jetbus.ErrInvalidConfig)
 )
 
-// errDeliveryGap ends a pull whose consumer sequence skipped: deliveries were lost in flight.
+// errDeliveryGap ends a pinned pull whose delivery's consumer sequence is not the last one
+// plus one (checkSequence): deliveries were lost in flight, or the consumer was reset behind
+// this client's back.
 var errDeliveryGap = errors.New("jetbus: deliveries lost in flight")
 
 // apiPolicy bounds JetStream API requests that the Bus retries (consumer resets, resumes,

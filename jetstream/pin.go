@@ -21,9 +21,10 @@ import (
 //
 // It reports whether the partition's deliveries are accounted for. When the recovery could
 // not be done (the consumer unreachable during a server restart, the reset refused, the pin
-// not ours or not known yet, ManualAck deliveries still held by the application) it returns
-// false and keeps lastDSeq: the next pull's first delivery then shows the gap again and the
-// recovery is retried, instead of later events being handled before the lost deliveries.
+// not ours, ManualAck deliveries still held by the application) it returns false and keeps
+// lastDSeq: the next pull's first delivery then shows the gap again and the recovery is
+// retried, instead of later events being handled before the lost deliveries. A client that
+// was never given the pin has nothing to return (true).
 func (pc *partConsumer) recoverDeliveries() bool {
 	if pc.pinID == "" {
 		// Nothing delivered to this client yet: nothing to return. A baseline from the

@@ -52,9 +52,9 @@ type partConsumer struct {
 	// pinID is the pin the server gave this client, if it ever did, and lastDSeq the consumer
 	// sequence of the last delivery received, or of the consumer's last delivery as the
 	// server reported it after a take-over or a recovery (0 after a reset: the consumer's
-	// sequence starts again at 1). dseqKnown says whether lastDSeq is such a baseline; it is
-	// not before the partition's first delivery. Only the partition's own goroutine (run,
-	// consume and the deferred release) touches them.
+	// sequence starts again at 1), or from its state when the partition started (baseline).
+	// dseqKnown says whether lastDSeq is such a baseline. Only the partition's own goroutine
+	// (run, consume and the deferred release) touches them.
 	pinID     string
 	lastDSeq  uint64
 	dseqKnown bool
@@ -319,8 +319,12 @@ func (pc *partConsumer) baseline() {
 // restart, the first delivery after a recovery's reset taken by such a request), or a reset or
 // a leader change behind the client's back (the sequence went backwards). The delivery must
 // then wait for those before it: the recovery returns everything unacknowledged, in order.
+//
+// A delivery without a pin (pinID still empty: the consumer's priority policy was changed
+// outside jetbus) is not checked: without the pin, other clients may take deliveries, and a
+// gap that a recovery cannot close (it needs the pin) would end every pull for good.
 func (pc *partConsumer) checkSequence(dseq uint64) error {
-	if pc.dseqKnown && dseq != pc.lastDSeq+1 {
+	if pc.dseqKnown && pc.pinID != "" && dseq != pc.lastDSeq+1 {
 		return fmt.Errorf("%w: consumer sequence %d after %d", errDeliveryGap, dseq, pc.lastDSeq)
 	}
 	pc.lastDSeq, pc.dseqKnown = dseq, true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,8 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 	require.NoError(t, bus.EnsureTopic(ctx, jbjs.TopicConfig{Name: topic, Partitions: 1}))
 
 	gate, gateSeq := make(chan struct{}), uint64(4)
+	var gateOnce sync.Once
+	open := func() { gateOnce.Do(func() { close(gate) }) }
 	seqs := make(chan uint64, 100)
 	sub, err := bus.Subscribe(ctx, topic, group, func(_ context.Context, d *jetbus.Delivery) error {
 		seqs <- d.Seq
@@ -43,6 +46,7 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 	}, jetbus.FromEarliest(), jetbus.AckTimeout(time.Minute))
 	require.NoError(t, err)
 	defer sub.Stop()
+	defer open() // before Stop: a failure below must not leave the handler waiting
 	publish := func() {
 		t.Helper()
 		_, err := bus.Publish(ctx, topic, map[string]int{"n": 1})
@@ -68,7 +72,9 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 	}
 
 	// A raw pull request with the partition's pin, for two messages, queued behind the
-	// partition's own: the server serves the two in turn.
+	// partition's own (one request for the whole window, 100 events, which 4 events do not
+	// use up): nats-server serves waiting requests in turn, moving one with messages left to
+	// the back of its queue after each delivery.
 	nc := embeddedtest.Connect(t, s.ClientURL())
 	stream, consumer := jetbus.StreamName(topic), jetbus.ConsumerName(group, 0)
 	js := bus.JetStream()
@@ -87,16 +93,16 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 	publish() // 6: the raw request's
 	publish() // 7: the partition's, after a gap
 	m, err := stolen.NextMsg(5 * time.Second)
-	require.NoError(t, err)
+	require.NoError(t, err, "the raw request got no message: the server did not serve the requests in turn")
 	meta, err := m.Metadata()
 	require.NoError(t, err)
 	require.Equal(t, uint64(6), meta.Sequence.Stream, "the raw request took the event between the partition's two")
 
-	close(gate)
+	open()
 	// The partition sees the gap, resets the consumer, and the raw request, still waiting for
 	// its second message, takes the first delivery after the reset (6 again).
 	m, err = stolen.NextMsg(10 * time.Second)
-	require.NoError(t, err)
+	require.NoError(t, err, "the raw request got no second message: no reset, or the partition's new pull was served first")
 	meta, err = m.Metadata()
 	require.NoError(t, err)
 	require.Equal(t, uint64(6), meta.Sequence.Stream, "the raw request took the first delivery after the reset")
@@ -109,7 +115,8 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 	require.True(t, i6 >= 0 && i6 < i7, "event 6 is handled before event 7: handled %v", got)
 }
 
-// waitWaiting waits until the consumer has n pull requests waiting.
+// waitWaiting waits until the consumer has n pull requests waiting (the tests' partitions
+// have one each: a request for their whole window, which their few events do not use up).
 func waitWaiting(t *testing.T, js natsjs.JetStream, stream, consumer string, n int) {
 	t.Helper()
 	var have int
@@ -168,7 +175,7 @@ func TestGapBeforeThePin(t *testing.T) {
 		require.NoError(t, err)
 	}
 	m, err := stolen.NextMsg(5 * time.Second)
-	require.NoError(t, err)
+	require.NoError(t, err, "the raw request, first in the queue, got no message")
 	meta, err := m.Metadata()
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), meta.Sequence.Stream, "the raw request took the pin and event 1")
