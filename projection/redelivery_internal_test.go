@@ -62,6 +62,22 @@ func (writeAll) apply(_ context.Context, _ *partState, b *batch) error {
 	return nil
 }
 
+// testPartition is partition 0 of topic orders of a projection writing with writeAll into
+// bus, batches of batchSize and no linger to speak of; it returns a function that hands the
+// partition a first delivery of the event at stream sequence seq (ID "e<seq>").
+func testPartition(t *testing.T, bus Bus, log *slog.Logger, batchSize int) (deliver func(seq uint64)) {
+	e := &engine{name: "p", group: "g", bus: bus, dl: noDeadLetters{}, s: writeAll{}, log: log,
+		cfg:   Config{BatchSize: batchSize, Linger: time.Hour, WriteTimeout: 5 * time.Second, StopTimeout: 5 * time.Second},
+		parts: map[partKey]*partState{}}
+	ps := e.newPart("orders", 0)
+	t.Cleanup(ps.abandon)
+	return func(seq uint64) {
+		t.Helper()
+		d := &jetbus.Delivery{Event: &jetbus.Event{ID: fmt.Sprintf("e%d", seq), Topic: "orders", Key: "k", Seq: seq}, Group: "g", Attempt: 1}
+		require.NoError(t, ps.handle(context.Background(), d))
+	}
+}
+
 // TestRedeliveryOfAWrittenEventIsAcknowledged: the server delivers again an event whose ack
 // timeout passed while the partition held it. A redelivery of an event still held is left to
 // its batch's acknowledgement; one that crossed its batch's acknowledgement (the event is
@@ -69,16 +85,7 @@ func (writeAll) apply(_ context.Context, _ *partState, b *batch) error {
 // partition for one whose application still holds deliveries.
 func TestRedeliveryOfAWrittenEventIsAcknowledged(t *testing.T) {
 	bus := &ackCounter{n: map[string]int{}}
-	e := &engine{name: "p", group: "g", bus: bus, dl: noDeadLetters{}, s: writeAll{}, log: slog.New(slog.DiscardHandler),
-		cfg:   Config{BatchSize: 2, Linger: time.Hour, WriteTimeout: 5 * time.Second, StopTimeout: 5 * time.Second},
-		parts: map[partKey]*partState{}}
-	ps := e.newPart("orders", 0)
-	defer ps.abandon()
-	deliver := func(seq uint64) {
-		t.Helper()
-		d := &jetbus.Delivery{Event: &jetbus.Event{ID: fmt.Sprintf("e%d", seq), Topic: "orders", Key: "k", Seq: seq}, Group: "g", Attempt: 1}
-		require.NoError(t, ps.handle(context.Background(), d))
-	}
+	deliver := testPartition(t, bus, slog.New(slog.DiscardHandler), 2)
 	acked := func(ids ...string) func() bool {
 		return func() bool {
 			for _, id := range ids {
@@ -111,17 +118,7 @@ func TestRedeliveryOfAWrittenEventIsAcknowledged(t *testing.T) {
 // redelivery of an event it holds is no error.
 func TestOutOfOrderDeliveryIsReported(t *testing.T) {
 	var logs embeddedtest.SyncBuffer
-	e := &engine{name: "p", group: "g", bus: &ackCounter{n: map[string]int{}}, dl: noDeadLetters{}, s: writeAll{},
-		log:   slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		cfg:   Config{BatchSize: 10, Linger: time.Hour, WriteTimeout: 5 * time.Second, StopTimeout: 5 * time.Second},
-		parts: map[partKey]*partState{}}
-	ps := e.newPart("orders", 0)
-	defer ps.abandon()
-	deliver := func(seq uint64) {
-		t.Helper()
-		d := &jetbus.Delivery{Event: &jetbus.Event{ID: fmt.Sprintf("e%d", seq), Topic: "orders", Key: "k", Seq: seq}, Group: "g", Attempt: 1}
-		require.NoError(t, ps.handle(context.Background(), d))
-	}
+	deliver := testPartition(t, &ackCounter{n: map[string]int{}}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), 10)
 	deliver(5)
 	deliver(5) // held: a redelivery
 	assert.Contains(t, logs.String(), `"msg":"redelivery of a held event dropped; its batch settles it"`)
