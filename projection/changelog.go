@@ -237,7 +237,7 @@ func (c *Changelog) newView(group, collection string) *view {
 
 func (v *view) engine() *engine {
 	c := v.c
-	return &engine{name: c.cfg.Name, group: v.group, cfg: c.cfg, bus: c.bus, dl: c.dl, log: c.set.log, m: c.m, mws: c.set.mws, s: v,
+	return &engine{name: c.cfg.Name, group: v.group, cfg: c.cfg, bus: c.bus, dl: c.dl, log: c.set.log, m: c.m, mws: c.set.mws, s: v, waitHook: c.set.waitHook,
 		tracer: c.set.tracer, target: writeTarget(c.cfg.Database, v.coll.Name(), "bulkWrite")}
 }
 

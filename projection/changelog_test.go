@@ -1,6 +1,7 @@
 package projection_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/partition"
 	"github.com/jetbus/jetbus/projection"
 )
 
@@ -98,5 +100,24 @@ func TestChangelogModes(t *testing.T) {
 				assert.Empty(t, e.letters())
 			})
 		}
+	}
+}
+
+// TestStoppedBeforeWaitingIsNotAFailure: a projection whose subscribers ended and whose
+// context was done before Run waited on either returns nil. Run used to take either at
+// random, and a subscriber stopped by the context read as one whose connection closed.
+func TestStoppedBeforeWaitingIsNotAFailure(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	for i := range 16 {
+		ctx, cancel := context.WithCancel(context.Background())
+		c := e.changelog(e.config("orders-view"), projection.WithWaitHook(func(subs []*partition.Subscriber, reported func() int) {
+			for _, s := range subs {
+				_ = s.Stop()
+			}
+			require.Eventually(t, func() bool { return reported() == len(subs) }, 10*time.Second, time.Millisecond)
+			cancel()
+		}))
+		require.NoError(t, c.Run(ctx), "run %d", i)
+		cancel()
 	}
 }

@@ -99,6 +99,10 @@ type engine struct {
 	// database attributes.
 	tracer trace.Tracer
 	target []attribute.KeyValue
+	// waitHook, when set (tests), is called with the subscribers once run has started them,
+	// before it waits for ctx or a subscriber to end; reported counts the subscribers seen
+	// ended.
+	waitHook func(subs []*partition.Subscriber, reported func() int)
 
 	// settled counts events written (or skipped), counted before their acknowledgement is
 	// sent: whoever reads the group's lag from the server and then this count sees every
@@ -186,12 +190,18 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}()
 	}
+	if e.waitHook != nil {
+		e.waitHook(subs, func() int { return len(stopped) })
+	}
 	var err error
 	select {
 	case <-ctx.Done():
 	case s := <-stopped:
+		// A subscriber stops by itself on ctx too: when ctx ended before this select was
+		// reached, both cases are ready and either may be taken. Only an error of its own,
+		// or a stop while ctx runs, is a failure.
 		err = s.Err()
-		if err == nil {
+		if err == nil && ctx.Err() == nil {
 			err = fmt.Errorf("projection %s: subscriber of %s stopped: %w", e.name, e.group, jetbus.ErrClosed)
 		}
 	}

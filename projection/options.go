@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/internal/spans"
+	"github.com/jetbus/jetbus/partition"
 )
 
 // Bus is what a projection needs of the Bus: partitioned subscriptions (package partition
@@ -42,7 +43,8 @@ type settings struct {
 	writeModels WriteModelsFunc
 	mws         []jetbus.HandlerMiddleware
 	tp          trace.TracerProvider
-	tracer      trace.Tracer // spans.Tracer(tp): nil when the projection does not trace
+	tracer      trace.Tracer                              // spans.Tracer(tp): nil when the projection does not trace
+	waitHook    func([]*partition.Subscriber, func() int) // tests: see engine.waitHook
 }
 
 func applyOptions(opts []Option) (settings, error) {

@@ -104,7 +104,7 @@ func (t *Transactional) Status(context.Context) (any, error) {
 
 // Run runs the projection as one replica of its group (cfg.Name) until ctx is done.
 func (t *Transactional) Run(ctx context.Context) error {
-	eng := &engine{name: t.cfg.Name, group: t.cfg.Name, cfg: t.cfg, bus: t.bus, dl: t.dl, log: t.set.log, m: t.m, mws: t.set.mws, s: t,
+	eng := &engine{name: t.cfg.Name, group: t.cfg.Name, cfg: t.cfg, bus: t.bus, dl: t.dl, log: t.set.log, m: t.m, mws: t.set.mws, s: t, waitHook: t.set.waitHook,
 		tracer: t.set.tracer, target: writeTarget(t.cfg.Database, "", "commitTransaction")}
 	t.mu.Lock()
 	t.eng = eng
