@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/jetbus/jetbus"
+	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/partition"
 	"github.com/jetbus/jetbus/projection"
 )
@@ -118,6 +119,25 @@ func TestStoppedBeforeWaitingIsNotAFailure(t *testing.T) {
 			cancel()
 		}))
 		require.NoError(t, c.Run(ctx), "run %d", i)
+		cancel()
+	}
+}
+
+// TestFailureAtStopIsReported: a projection whose subscriber failed (its NATS connection
+// closed) as its context ended returns the failure, whichever of the two Run sees first.
+func TestFailureAtStopIsReported(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	for i := range 8 {
+		ctx, cancel := context.WithCancel(context.Background())
+		bus := embeddedtest.Bus(t, e.url)
+		c, err := projection.NewChangelog(bus, e.db.Client(), e.q, e.config("orders-view"), projection.WithLogger(embeddedtest.Logger(t)),
+			projection.WithWaitHook(func(subs []*partition.Subscriber, reported func() int) {
+				bus.Conn().Close()
+				require.Eventually(t, func() bool { return reported() == len(subs) }, 10*time.Second, time.Millisecond)
+				cancel()
+			}))
+		require.NoError(t, err)
+		require.ErrorIs(t, c.Run(ctx), jetbus.ErrClosed, "run %d", i)
 		cancel()
 	}
 }

@@ -207,6 +207,14 @@ func (e *engine) run(ctx context.Context) error {
 	}
 	stopAll()
 	watchers.Wait()
+	if err == nil {
+		// ctx ended as a subscriber failed, and the select took ctx: the failure still counts.
+		for _, s := range subs {
+			if err = s.Err(); err != nil {
+				break
+			}
+		}
+	}
 	return err
 }
 

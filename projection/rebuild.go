@@ -128,14 +128,18 @@ func (r *rebuild) run(ctx context.Context) (*Live, error) {
 	eng := v.engine()
 	ectx, stopEngine := context.WithCancel(ctx)
 	defer stopEngine()
-	engErr := make(chan error, 1)
-	go func() { engErr <- eng.run(ectx) }()
+	er := &engineRun{done: make(chan struct{})}
+	go func() {
+		er.err = eng.run(ectx)
+		close(er.done)
+	}()
 	stop := func() error {
 		stopEngine()
-		return <-engErr
+		<-er.done
+		return er.err
 	}
 
-	if err := r.catchUp(ctx, projections, eng, engErr, live.Group); err != nil {
+	if err := r.catchUp(ctx, projections, eng, er, live.Group); err != nil {
 		_ = stop()
 		return nil, err
 	}
@@ -216,12 +220,20 @@ func (r *rebuild) unlock(projections *mongo.Collection) {
 	r.c.m.setRebuild(r.c.cfg.Name, nil)
 }
 
+// engineRun is the new generation's engine running: done is closed once it returned err.
+// Both catchUp and the rebuild's stop read it, so an engine that ends by itself is seen by
+// each (a channel holding its one result would give it to the first reader only).
+type engineRun struct {
+	done chan struct{}
+	err  error
+}
+
 // catchUp waits until the new generation has caught up, recording its progress meanwhile.
 // It has caught up when its lag is zero, or, while events keep coming (each generation then
 // has a batch in flight nearly all the time, and its lag is seldom zero), when it has written
 // every event the live generation had written when it looked, the live one being written
 // (reachedLive).
-func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, eng *engine, engErr <-chan error, liveGroup string) error {
+func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, eng *engine, er *engineRun, liveGroup string) error {
 	c := r.c
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -237,8 +249,11 @@ func (r *rebuild) catchUp(ctx context.Context, projections *mongo.Collection, en
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("projection: rebuild %s: %w", c.cfg.Name, ctx.Err())
-		case err := <-engErr:
-			if err == nil {
+		case <-er.done:
+			err := er.err
+			if err == nil && ctx.Err() != nil {
+				err = ctx.Err() // stopped by ctx, which this select saw second
+			} else if err == nil {
 				err = jetbus.ErrClosed
 			}
 			return fmt.Errorf("projection: rebuild %s: %w", c.cfg.Name, err)

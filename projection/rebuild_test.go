@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/embeddedtest"
 	"github.com/jetbus/jetbus/projection"
 )
@@ -247,4 +248,37 @@ func TestRebuildSwitchesWhileEventsFlow(t *testing.T) {
 		assert.Equal(t, n, docs[k]["n"], "key %s", k)
 	}
 	require.NoError(t, running.stop())
+}
+
+// TestRebuildEndsWhenItsWriterFails: the new generation's writer ending by itself (its NATS
+// connection closed) ends the rebuild with that error. The rebuild used to wait for the
+// writer's one result a second time, after catching up had taken it, and never returned.
+func TestRebuildEndsWhenItsWriterFails(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	for i := range 20 {
+		e.publish(fmt.Sprintf("k%d", i), fmt.Sprintf(`{"n":%d}`, i))
+	}
+	// Every write of the rebuild's client is held: it has not caught up when it first
+	// reports progress.
+	client := faultClient(t)
+	embeddedtest.InjectMongoFault(t, e.db.Client(), embeddedtest.MongoFault{Commands: []string{"update"}, Block: time.Second, AppName: faultApp})
+	bus := embeddedtest.Bus(t, e.url)
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, err := projection.Rebuild(context.Background(), bus, client, e.q, e.config("orders-view"), projection.RebuildOptions{
+			Progress: func(p projection.RebuildProgress) {
+				if !p.CaughtUp {
+					once.Do(func() { bus.Conn().Close() })
+				}
+			},
+		}, projection.WithLogger(embeddedtest.Logger(t)))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, jetbus.ErrClosed)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Rebuild did not return after its writer ended")
+	}
 }
