@@ -115,7 +115,8 @@ func TestStoppedBeforeWaitingIsNotAFailure(t *testing.T) {
 			for _, s := range subs {
 				_ = s.Stop()
 			}
-			require.Eventually(t, func() bool { return reported() == len(subs) }, 10*time.Second, time.Millisecond)
+			// assert, not require: this runs on Run's goroutine, which must go on to cancel.
+			assert.Eventually(t, func() bool { return reported() == len(subs) }, 10*time.Second, time.Millisecond)
 			cancel()
 		}))
 		require.NoError(t, c.Run(ctx), "run %d", i)
@@ -133,7 +134,7 @@ func TestFailureAtStopIsReported(t *testing.T) {
 		c, err := projection.NewChangelog(bus, e.db.Client(), e.q, e.config("orders-view"), projection.WithLogger(embeddedtest.Logger(t)),
 			projection.WithWaitHook(func(subs []*partition.Subscriber, reported func() int) {
 				bus.Conn().Close()
-				require.Eventually(t, func() bool { return reported() == len(subs) }, 10*time.Second, time.Millisecond)
+				assert.Eventually(t, func() bool { return reported() == len(subs) }, 10*time.Second, time.Millisecond)
 				cancel()
 			}))
 		require.NoError(t, err)

@@ -125,7 +125,7 @@ type partKey struct {
 
 // run consumes until ctx is done, then stops every partition (each writes what it holds,
 // within StopTimeout, and acknowledges it) and returns nil; or returns the error that stopped
-// a subscriber by itself.
+// a subscriber by itself (also when ctx ended meanwhile).
 func (e *engine) run(ctx context.Context) error {
 	e.parts = map[partKey]*partState{}
 	opts := []jetbus.SubscribeOption{

@@ -166,7 +166,7 @@ func (r *rebuild) run(ctx context.Context) (*Live, error) {
 		r.ro.Progress(r.prog)
 	}
 
-	r.handover(ctx, eng, log)
+	r.handover(ctx, eng, er, log)
 	if err := stop(); err != nil {
 		log.Warn("new generation's writer stopped with an error", "err", err)
 	}
@@ -409,8 +409,8 @@ func (r *rebuild) reachedLive(ctx context.Context, liveGroup string, was map[str
 }
 
 // handover keeps the new generation's writer until another member joined its group, or
-// Handover passed.
-func (r *rebuild) handover(ctx context.Context, eng *engine, log interface{ Info(string, ...any) }) {
+// Handover passed, or the writer ended by itself.
+func (r *rebuild) handover(ctx context.Context, eng *engine, er *engineRun, log interface{ Info(string, ...any) }) {
 	c := r.c
 	deadline := time.After(r.ro.Handover)
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -419,6 +419,8 @@ func (r *rebuild) handover(ctx context.Context, eng *engine, log interface{ Info
 		select {
 		case <-ctx.Done():
 			return
+		case <-er.done:
+			return // the caller logs why
 		case <-deadline:
 			log.Info("no running projector joined the new generation; it is updated again when one starts")
 			return

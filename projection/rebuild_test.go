@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetbus/jetbus"
 	"github.com/jetbus/jetbus/embeddedtest"
+	"github.com/jetbus/jetbus/partition"
 	"github.com/jetbus/jetbus/projection"
 )
 
@@ -251,24 +252,45 @@ func TestRebuildSwitchesWhileEventsFlow(t *testing.T) {
 }
 
 // TestRebuildEndsWhenItsWriterFails: the new generation's writer ending by itself (its NATS
-// connection closed) ends the rebuild with that error. The rebuild used to wait for the
-// writer's one result a second time, after catching up had taken it, and never returned.
+// connection closed as soon as it started) ends the rebuild with that error. The rebuild
+// used to wait for the writer's one result a second time, after catching up had taken it,
+// and never returned.
 func TestRebuildEndsWhenItsWriterFails(t *testing.T) {
 	e := newEnv(t, "orders", 2)
 	for i := range 20 {
 		e.publish(fmt.Sprintf("k%d", i), fmt.Sprintf(`{"n":%d}`, i))
 	}
-	// Every write of the rebuild's client is held: it has not caught up when it first
-	// reports progress.
-	client := faultClient(t)
-	embeddedtest.InjectMongoFault(t, e.db.Client(), embeddedtest.MongoFault{Commands: []string{"update"}, Block: time.Second, AppName: faultApp})
+	bus := embeddedtest.Bus(t, e.url)
+	done := make(chan error, 1)
+	go func() {
+		_, err := projection.Rebuild(context.Background(), bus, e.db.Client(), e.q, e.config("orders-view"), projection.RebuildOptions{},
+			projection.WithLogger(embeddedtest.Logger(t)),
+			projection.WithWaitHook(func([]*partition.Subscriber, func() int) { bus.Conn().Close() }))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, jetbus.ErrClosed)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Rebuild did not return after its writer ended")
+	}
+}
+
+// TestRebuildHandoverEndsWithItsWriter: a new generation's writer that ends by itself after
+// the switch (its NATS connection closed) ends the handover at once, not after Handover.
+func TestRebuildHandoverEndsWithItsWriter(t *testing.T) {
+	e := newEnv(t, "orders", 2)
+	for i := range 20 {
+		e.publish(fmt.Sprintf("k%d", i), fmt.Sprintf(`{"n":%d}`, i))
+	}
 	bus := embeddedtest.Bus(t, e.url)
 	var once sync.Once
 	done := make(chan error, 1)
 	go func() {
-		_, err := projection.Rebuild(context.Background(), bus, client, e.q, e.config("orders-view"), projection.RebuildOptions{
+		_, err := projection.Rebuild(context.Background(), bus, e.db.Client(), e.q, e.config("orders-view"), projection.RebuildOptions{
+			Handover: time.Hour, KeepPrevious: true,
 			Progress: func(p projection.RebuildProgress) {
-				if !p.CaughtUp {
+				if p.CaughtUp {
 					once.Do(func() { bus.Conn().Close() })
 				}
 			},
@@ -277,8 +299,8 @@ func TestRebuildEndsWhenItsWriterFails(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, jetbus.ErrClosed)
+		require.NoError(t, err, "switched before the writer ended")
 	case <-time.After(60 * time.Second):
-		t.Fatal("Rebuild did not return after its writer ended")
+		t.Fatal("the handover did not end with its writer")
 	}
 }
