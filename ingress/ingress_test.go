@@ -147,6 +147,7 @@ func TestErrorCodes(t *testing.T) {
 			assert.Contains(t, r.Error.Message, tc.message)
 			assert.Equal(t, tc.status, m.Header.Get("Nats-Service-Error-Code"))
 			assert.True(t, strings.HasPrefix(m.Header.Get("Nats-Service-Error"), tc.code+": "), m.Header.Get("Nats-Service-Error"))
+			assert.NotContains(t, m.Header.Get("Nats-Service-Error"), tc.code+": "+tc.code+": ", "the code once")
 			require.NotNil(t, r.Error.Details, "details is always an object")
 			for k, v := range tc.details {
 				assert.Equal(t, v, r.Error.Details[k], "details.%s", k)

@@ -159,7 +159,8 @@ func replyOK(e *jetbus.Event, dup bool) []byte {
 
 // replyError builds the reply to a refused message: the JSON error object, and the NATS
 // service error headers (Nats-Service-Error: "<code>: <message>", Nats-Service-Error-Code:
-// the code's Status).
+// the code's Status). A message that already starts with "<code>: " (a schema error's
+// "schema: …") is not prefixed twice.
 func replyError(subject string, r *refusal) *nats.Msg {
 	b, err := json.Marshal(ErrorReply{Error: ErrorBody{Code: r.code, Message: r.msg, Details: r.details}})
 	if err != nil { // details hold only strings, numbers and schema failures
@@ -169,7 +170,7 @@ func replyError(subject string, r *refusal) *nats.Msg {
 		Subject: subject,
 		Data:    b,
 		Header: nats.Header{
-			micro.ErrorHeader:     {oneLine(string(r.code) + ": " + r.msg)},
+			micro.ErrorHeader:     {oneLine(string(r.code) + ": " + strings.TrimPrefix(r.msg, string(r.code)+": "))},
 			micro.ErrorCodeHeader: {strconv.Itoa(r.code.Status())},
 		},
 	}
