@@ -90,6 +90,11 @@ type Ingress struct {
 		accepted, duplicates, dropped, abandoned atomic.Uint64
 		refusalsDropped, shed                    atomic.Uint64
 		rejected                                 [7]atomic.Uint64
+		// errors counts the messages taken and not stored (refused, shed, turned away
+		// while stopping): $SRV.STATS's num_errors; lastError is the last one's
+		// Nats-Service-Error, its last_error.
+		errors    atomic.Uint64
+		lastError atomic.Pointer[string]
 	}
 }
 
@@ -310,8 +315,10 @@ func (g *Ingress) release() {
 
 // turnAway answers a message ingress can no longer take (it is past its drain deadline).
 func (g *Ingress) turnAway(subject, reply string) {
+	r := refuse(CodeUnavailable, nil, "ingress is stopping: nothing was stored; retry")
+	g.noteError(r)
 	if reply != "" && g.replyAllowed(reply) {
-		g.send(replyError(reply, refuse(CodeUnavailable, nil, "ingress is stopping: nothing was stored; retry")))
+		g.send(replyError(reply, r))
 		return
 	}
 	g.stats.abandoned.Add(1)
@@ -333,6 +340,7 @@ func (g *Ingress) refused(it *item, r *refusal) {
 	i := r.code.index()
 	g.stats.rejected[i].Add(1)
 	g.metricsOf(it.topic).rejected[i].Inc()
+	g.noteError(r)
 	if it.reply != "" {
 		g.send(replyError(it.reply, r))
 		g.release()
@@ -412,6 +420,13 @@ func (g *Ingress) stored(it *item, e *jetbus.Event, dup, retried bool) {
 	}
 	g.release()
 	endSpan(it, e, dup, nil, nil)
+}
+
+// noteError counts a message taken and not stored, for $SRV.STATS.
+func (g *Ingress) noteError(r *refusal) {
+	g.stats.errors.Add(1)
+	e := serviceError(r)
+	g.stats.lastError.Store(&e)
 }
 
 func (g *Ingress) send(m *nats.Msg) {

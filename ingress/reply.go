@@ -170,10 +170,15 @@ func replyError(subject string, r *refusal) *nats.Msg {
 		Subject: subject,
 		Data:    b,
 		Header: nats.Header{
-			micro.ErrorHeader:     {oneLine(string(r.code) + ": " + strings.TrimPrefix(r.msg, string(r.code)+": "))},
+			micro.ErrorHeader:     {serviceError(r)},
 			micro.ErrorCodeHeader: {strconv.Itoa(r.code.Status())},
 		},
 	}
+}
+
+// serviceError is r's Nats-Service-Error: "<code>: <message>", on one line.
+func serviceError(r *refusal) string {
+	return oneLine(string(r.code) + ": " + strings.TrimPrefix(r.msg, string(r.code)+": "))
 }
 
 // oneLine keeps a header value on one line and bounded.

@@ -112,6 +112,10 @@ func (s *service) verb(v micro.Verb, m *nats.Msg) {
 		s.mu.Lock()
 		st := s.st
 		s.mu.Unlock()
+		st.NumErrors = int(s.g.stats.errors.Load())
+		if e := s.g.stats.lastError.Load(); e != nil {
+			st.LastError = *e
+		}
 		st.Data, _ = json.Marshal(s.g.Stats())
 		body = micro.Stats{ServiceIdentity: id, Type: micro.StatsResponseType, Started: s.started, Endpoints: []*micro.EndpointStats{&st}}
 	}

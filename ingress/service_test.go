@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,8 @@ func TestServiceDiscoveryAndMetrics(t *testing.T) {
 	var stats struct {
 		Endpoints []struct {
 			NumRequests int           `json:"num_requests"`
+			NumErrors   int           `json:"num_errors"`
+			LastError   string        `json:"last_error"`
 			Data        ingress.Stats `json:"data"`
 		} `json:"endpoints"`
 	}
@@ -71,6 +74,8 @@ func TestServiceDiscoveryAndMetrics(t *testing.T) {
 	st := stats.Endpoints[0]
 	assert.Equal(t, uint64(2), st.Data.Accepted)
 	assert.Equal(t, map[ingress.Code]uint64{ingress.CodeNotAllowed: 1, ingress.CodeNotJSON: 1}, st.Data.Rejected)
+	assert.Equal(t, 2, st.NumErrors, "the refused requests are errors, as micro counts them")
+	assert.True(t, strings.HasPrefix(st.LastError, "not_json: "), "last_error is the last refusal's Nats-Service-Error: %q", st.LastError)
 	assert.Equal(t, g.Stats(), st.Data)
 
 	assert.Equal(t, 2.0, metricValue(t, g, "ingress_accepted_total", "topic", "orders"))
