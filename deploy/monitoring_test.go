@@ -89,7 +89,7 @@ func TestAlertRules(t *testing.T) {
 	rules := loadRules(t)
 	for _, want := range []string{"JetbusDown", "JetbusNotReady", "JetbusGroupLagging", "JetbusProjectionLagging",
 		"JetbusProjectionDeadLetters", "JetbusDeadLettersGrowing", "JetbusDeadLettersDroppedByLimit",
-		"JetbusKeysParked", "JetbusChangefeedFailed", "JetbusChangefeedHistoryLost", "JetbusChangefeedLagging",
+		"JetbusKeysParked", "JetbusProjectionOutOfOrder", "JetbusChangefeedFailed", "JetbusChangefeedHistoryLost", "JetbusChangefeedLagging",
 		"JetbusIngressUnavailable"} {
 		assert.Contains(t, rules, want)
 	}

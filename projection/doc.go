@@ -114,6 +114,8 @@
 // guard kept a newer document; a write refused by the step's floor is neither, its events are
 // dead_lettered), projection_batch_size, projection_write_seconds (one bulk
 // write or one commit), projection_retries_total, projection_fenced_total,
+// projection_out_of_order_total (deliveries the Bus handed a partition after a later event:
+// the view misses them; it should stay 0),
 // projection_lag{projection,topic,partition}, projection_generation and
 // projection_rebuild{projection,what} (done, total, rate, eta_seconds, generation).
 package projection

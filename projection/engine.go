@@ -418,6 +418,7 @@ func (ps *partState) add(en *entry) {
 			// check is there to prevent it). It stays unsettled and comes back after its ack
 			// timeout, behind the checkpoint: the event is not applied.
 			ps.e.log.Error("delivery out of order dropped: an event after it was taken first", "projection", ps.e.name, "topic", ps.topic, "partition", ps.p, "seq", en.d.Seq, "last", last)
+			ps.e.m.outOfOrderDelivery(ps.e.name)
 		}
 		return
 	}

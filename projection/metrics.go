@@ -25,6 +25,7 @@ type metrics struct {
 	bulk       *prometheus.HistogramVec // projection
 	retries    *prometheus.CounterVec   // projection
 	fenced     *prometheus.CounterVec   // projection
+	outOfOrder *prometheus.CounterVec   // projection
 	lag        *prometheus.GaugeVec     // projection, topic, partition
 	lagSeconds *prometheus.GaugeVec     // projection, topic, partition
 	generation *prometheus.GaugeVec     // projection
@@ -54,6 +55,9 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "projection_fenced_total",
 			Help: "Transactional commits refused because another owner moved the checkpoint first."},
 			[]string{"projection"}),
+		outOfOrder: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "projection_out_of_order_total",
+			Help: "Deliveries dropped because the Bus handed a partition an event after a later one: the view misses them (it should stay 0; rebuild the view if not)."},
+			[]string{"projection"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "projection_lag",
 			Help: "Events of a partition the projection's live group has not written and acknowledged yet."},
 			[]string{"projection", "topic", "partition"}),
@@ -70,7 +74,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	// Several projections in one process share the families.
 	if err := errors.Join(
 		promreg.Register(r, &m.events), promreg.Register(r, &m.writes), promreg.Register(r, &m.batch),
-		promreg.Register(r, &m.bulk), promreg.Register(r, &m.retries), promreg.Register(r, &m.fenced),
+		promreg.Register(r, &m.bulk), promreg.Register(r, &m.retries), promreg.Register(r, &m.fenced), promreg.Register(r, &m.outOfOrder),
 		promreg.Register(r, &m.lag), promreg.Register(r, &m.lagSeconds), promreg.Register(r, &m.generation), promreg.Register(r, &m.rebuild),
 	); err != nil {
 		return nil, err
@@ -89,6 +93,7 @@ func (m *metrics) seed(name string) {
 	m.writes.WithLabelValues(name, "applied")
 	m.writes.WithLabelValues(name, "stale")
 	m.retries.WithLabelValues(name)
+	m.outOfOrder.WithLabelValues(name)
 	m.generation.WithLabelValues(name)
 }
 
@@ -138,6 +143,12 @@ func (m *metrics) retry(name string) {
 func (m *metrics) fence(name string) {
 	if m != nil {
 		m.fenced.WithLabelValues(name).Inc()
+	}
+}
+
+func (m *metrics) outOfOrderDelivery(name string) {
+	if m != nil {
+		m.outOfOrder.WithLabelValues(name).Inc()
 	}
 }
 

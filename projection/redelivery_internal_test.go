@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,11 +64,15 @@ func (writeAll) apply(_ context.Context, _ *partState, b *batch) error {
 	return nil
 }
 
-// testPartition is partition 0 of topic orders of a projection writing with writeAll into
-// bus, batches of batchSize and no linger to speak of; it returns a function that hands the
-// partition a first delivery of the event at stream sequence seq (ID "e<seq>").
-func testPartition(t *testing.T, bus Bus, log *slog.Logger, batchSize int) (deliver func(seq uint64)) {
-	e := &engine{name: "p", group: "g", bus: bus, dl: noDeadLetters{}, s: writeAll{}, log: log,
+// testPartition is partition 0 of topic orders of a projection "p" writing with writeAll
+// into bus, batches of batchSize and no linger to speak of, its metrics in a registry of its
+// own (m); it returns a function that hands the partition a first delivery of the event at
+// stream sequence seq (ID "e<seq>").
+func testPartition(t *testing.T, bus Bus, log *slog.Logger, batchSize int) (deliver func(seq uint64), m *metrics) {
+	m, err := newMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	m.seed("p")
+	e := &engine{name: "p", group: "g", bus: bus, dl: noDeadLetters{}, s: writeAll{}, log: log, m: m,
 		cfg:   Config{BatchSize: batchSize, Linger: time.Hour, WriteTimeout: 5 * time.Second, StopTimeout: 5 * time.Second},
 		parts: map[partKey]*partState{}}
 	ps := e.newPart("orders", 0)
@@ -75,7 +81,7 @@ func testPartition(t *testing.T, bus Bus, log *slog.Logger, batchSize int) (deli
 		t.Helper()
 		d := &jetbus.Delivery{Event: &jetbus.Event{ID: fmt.Sprintf("e%d", seq), Topic: "orders", Key: "k", Seq: seq}, Group: "g", Attempt: 1}
 		require.NoError(t, ps.handle(context.Background(), d))
-	}
+	}, m
 }
 
 // TestRedeliveryOfAWrittenEventIsAcknowledged: the server delivers again an event whose ack
@@ -85,7 +91,7 @@ func testPartition(t *testing.T, bus Bus, log *slog.Logger, batchSize int) (deli
 // partition for one whose application still holds deliveries.
 func TestRedeliveryOfAWrittenEventIsAcknowledged(t *testing.T) {
 	bus := &ackCounter{n: map[string]int{}}
-	deliver := testPartition(t, bus, slog.New(slog.DiscardHandler), 2)
+	deliver, _ := testPartition(t, bus, slog.New(slog.DiscardHandler), 2)
 	acked := func(ids ...string) func() bool {
 		return func() bool {
 			for _, id := range ids {
@@ -118,12 +124,15 @@ func TestRedeliveryOfAWrittenEventIsAcknowledged(t *testing.T) {
 // redelivery of an event it holds is no error.
 func TestOutOfOrderDeliveryIsReported(t *testing.T) {
 	var logs embeddedtest.SyncBuffer
-	deliver := testPartition(t, &ackCounter{n: map[string]int{}}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), 10)
+	deliver, m := testPartition(t, &ackCounter{n: map[string]int{}}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), 10)
+	outOfOrder := m.outOfOrder.WithLabelValues("p")
 	deliver(5)
 	deliver(5) // held: a redelivery
 	assert.Contains(t, logs.String(), `"msg":"redelivery of a held event dropped; its batch settles it"`)
 	assert.NotContains(t, logs.String(), `"level":"ERROR"`)
+	assert.Zero(t, testutil.ToFloat64(outOfOrder), "projection_out_of_order_total")
 	deliver(3) // never taken, below 5
 	assert.Contains(t, logs.String(), `"level":"ERROR","msg":"delivery out of order dropped: an event after it was taken first"`)
 	assert.Contains(t, logs.String(), `"seq":3,"last":5`)
+	assert.Equal(t, 1.0, testutil.ToFloat64(outOfOrder), "projection_out_of_order_total")
 }
