@@ -103,7 +103,11 @@ func TestRebuildSwitchesReaders(t *testing.T) {
 	assert.Equal(t, 1, live.Generation)
 	assert.Equal(t, "view-g1", live.Collection)
 	assert.Equal(t, "orders-view-g1", live.Group)
-	time.Sleep(200 * time.Millisecond) // the reader reads the new generation a few times
+	require.True(t, embeddedtest.Poll(10*time.Second, 5*time.Millisecond, func() bool {
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		return rd.seen["view-g1"] >= 3
+	}), "the reader reads the new generation a few times")
 	stopReader()
 	<-readerDone
 
