@@ -112,10 +112,11 @@
 //     connection's subscriptions going away, and it learns of the connection's end through
 //     its closed handler. It also keeps a flood on in.> apart from the Bus's
 //     acknowledgements.
-//   - $SRV.STATS counts every message in num_requests, and in num_errors those taken and
-//     not stored (refused, whether answered or dead-lettered; shed; turned away while
-//     stopping), with the last one's Nats-Service-Error as last_error, as a micro service
-//     counts the requests it answers with an error. The endpoint's data carries Stats:
+//   - $SRV.STATS counts every message in num_requests, and in num_errors those refused
+//     (whether answered or dead-lettered) or shed, as a micro service counts the requests it
+//     answers with an error; last_error is the last one's "<status>:<code>" ("422:schema"),
+//     never its message: any client may ask for STATS, and a refusal's message can quote
+//     another client's subject, headers or payload. The endpoint's data carries Stats:
 //     accepted, duplicates, refusals by code, in flight, dropped, abandoned.
 //
 // # Metrics

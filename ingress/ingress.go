@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,11 +91,10 @@ type Ingress struct {
 		accepted, duplicates, dropped, abandoned atomic.Uint64
 		refusalsDropped, shed                    atomic.Uint64
 		rejected                                 [7]atomic.Uint64
-		// errors counts the messages taken and not stored (refused, shed, turned away
-		// while stopping): $SRV.STATS's num_errors; lastError is the last one's
-		// Nats-Service-Error, its last_error.
-		errors    atomic.Uint64
-		lastError atomic.Pointer[string]
+		// errors counts the messages taken and refused or shed: $SRV.STATS's num_errors;
+		// lastCode is the last one's Code index plus one (0: none), for its last_error.
+		errors   atomic.Uint64
+		lastCode atomic.Int32
 	}
 }
 
@@ -315,10 +315,8 @@ func (g *Ingress) release() {
 
 // turnAway answers a message ingress can no longer take (it is past its drain deadline).
 func (g *Ingress) turnAway(subject, reply string) {
-	r := refuse(CodeUnavailable, nil, "ingress is stopping: nothing was stored; retry")
-	g.noteError(r)
 	if reply != "" && g.replyAllowed(reply) {
-		g.send(replyError(reply, r))
+		g.send(replyError(reply, refuse(CodeUnavailable, nil, "ingress is stopping: nothing was stored; retry")))
 		return
 	}
 	g.stats.abandoned.Add(1)
@@ -340,7 +338,7 @@ func (g *Ingress) refused(it *item, r *refusal) {
 	i := r.code.index()
 	g.stats.rejected[i].Add(1)
 	g.metricsOf(it.topic).rejected[i].Inc()
-	g.noteError(r)
+	g.noteError(r.code)
 	if it.reply != "" {
 		g.send(replyError(it.reply, r))
 		g.release()
@@ -422,11 +420,23 @@ func (g *Ingress) stored(it *item, e *jetbus.Event, dup, retried bool) {
 	endSpan(it, e, dup, nil, nil)
 }
 
-// noteError counts a message taken and not stored, for $SRV.STATS.
-func (g *Ingress) noteError(r *refusal) {
+// noteError counts a message taken and refused or shed, for $SRV.STATS.
+func (g *Ingress) noteError(c Code) {
 	g.stats.errors.Add(1)
-	e := serviceError(r)
-	g.stats.lastError.Store(&e)
+	g.stats.lastCode.Store(int32(c.index()) + 1)
+}
+
+// lastError is $SRV.STATS's last_error: "<status>:<code>" of the last refusal, as a micro
+// service's is "<code>:<description>" of its last error. It holds no text of the message or
+// of its refusal's reason: any client may ask for STATS, and the reason can quote another
+// client's subject, headers or payload.
+func (g *Ingress) lastError() string {
+	i := g.stats.lastCode.Load()
+	if i == 0 {
+		return ""
+	}
+	c := Codes[i-1]
+	return strconv.Itoa(c.Status()) + ":" + string(c)
 }
 
 func (g *Ingress) send(m *nats.Msg) {

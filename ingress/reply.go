@@ -159,8 +159,7 @@ func replyOK(e *jetbus.Event, dup bool) []byte {
 
 // replyError builds the reply to a refused message: the JSON error object, and the NATS
 // service error headers (Nats-Service-Error: "<code>: <message>", Nats-Service-Error-Code:
-// the code's Status). A message that already starts with "<code>: " (a schema error's
-// "schema: …") is not prefixed twice.
+// the code's Status).
 func replyError(subject string, r *refusal) *nats.Msg {
 	b, err := json.Marshal(ErrorReply{Error: ErrorBody{Code: r.code, Message: r.msg, Details: r.details}})
 	if err != nil { // details hold only strings, numbers and schema failures
@@ -170,15 +169,10 @@ func replyError(subject string, r *refusal) *nats.Msg {
 		Subject: subject,
 		Data:    b,
 		Header: nats.Header{
-			micro.ErrorHeader:     {serviceError(r)},
+			micro.ErrorHeader:     {oneLine(r.Error())},
 			micro.ErrorCodeHeader: {strconv.Itoa(r.code.Status())},
 		},
 	}
-}
-
-// serviceError is r's Nats-Service-Error: "<code>: <message>", on one line.
-func serviceError(r *refusal) string {
-	return oneLine(string(r.code) + ": " + strings.TrimPrefix(r.msg, string(r.code)+": "))
 }
 
 // oneLine keeps a header value on one line and bounded.

@@ -113,9 +113,7 @@ func (s *service) verb(v micro.Verb, m *nats.Msg) {
 		st := s.st
 		s.mu.Unlock()
 		st.NumErrors = int(s.g.stats.errors.Load())
-		if e := s.g.stats.lastError.Load(); e != nil {
-			st.LastError = *e
-		}
+		st.LastError = s.g.lastError()
 		st.Data, _ = json.Marshal(s.g.Stats())
 		body = micro.Stats{ServiceIdentity: id, Type: micro.StatsResponseType, Started: s.started, Endpoints: []*micro.EndpointStats{&st}}
 	}

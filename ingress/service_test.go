@@ -2,7 +2,6 @@ package ingress_test
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ func TestServiceDiscoveryAndMetrics(t *testing.T) {
 	decodeOK(t, request(t, nc, "in.orders", []byte(`{"n":2}`)))
 	decodeErr(t, request(t, nc, "in.nope", []byte(`{}`)))
 	decodeErr(t, request(t, nc, "in.orders", []byte(`{`)))
+	require.NoError(t, nc.Publish("in.orders", []byte(`{"n":`))) // fire-and-forget: dead-lettered
 
 	var ping struct{ Name, Type, Version string }
 	resp, err := nc.Request("$SRV.PING.jetbus-ingress", nil, wait)
@@ -69,20 +69,19 @@ func TestServiceDiscoveryAndMetrics(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(resp.Data, &stats))
 		require.Len(t, stats.Endpoints, 1)
-		return stats.Endpoints[0].NumRequests == 4
-	}, wait, 10*time.Millisecond, "four requests counted: %+v", stats)
+		return stats.Endpoints[0].NumRequests == 5 && stats.Endpoints[0].NumErrors == 3
+	}, wait, 10*time.Millisecond, "five requests counted, three refused: %+v", stats)
 	st := stats.Endpoints[0]
 	assert.Equal(t, uint64(2), st.Data.Accepted)
-	assert.Equal(t, map[ingress.Code]uint64{ingress.CodeNotAllowed: 1, ingress.CodeNotJSON: 1}, st.Data.Rejected)
-	assert.Equal(t, 2, st.NumErrors, "the refused requests are errors, as micro counts them")
-	assert.True(t, strings.HasPrefix(st.LastError, "not_json: "), "last_error is the last refusal's Nats-Service-Error: %q", st.LastError)
+	assert.Equal(t, map[ingress.Code]uint64{ingress.CodeNotAllowed: 1, ingress.CodeNotJSON: 2}, st.Data.Rejected)
+	assert.Equal(t, "400:not_json", st.LastError, "the last refusal's status and code, none of its text")
 	assert.Equal(t, g.Stats(), st.Data)
 
 	assert.Equal(t, 2.0, metricValue(t, g, "ingress_accepted_total", "topic", "orders"))
 	assert.Equal(t, 2.0, metricValue(t, g, "ingress_publish_duration_ms", "topic", "orders"))
 	assert.Equal(t, 1.0, metricValue(t, g, "ingress_rejected_total", "topic", "_other", "code", "not_allowed"),
 		"topics that are not allowed share one label")
-	assert.Equal(t, 1.0, metricValue(t, g, "ingress_rejected_total", "topic", "orders", "code", "not_json"))
+	assert.Equal(t, 2.0, metricValue(t, g, "ingress_rejected_total", "topic", "orders", "code", "not_json"))
 	assert.Zero(t, metricValue(t, g, "ingress_inflight"))
 	assert.Zero(t, metricValue(t, g, "ingress_jetstream_unavailable"))
 

@@ -38,11 +38,10 @@ func (g *Ingress) shed(m *nats.Msg) bool {
 		g.log.Warn("ingress: its buffer is filling (clients publish faster than it checks): large messages are dropped unchecked (counted in ingress_shed_total); smaller ones are still taken",
 			"subject", m.Subject, "size", size, "pending_bytes", pending, "max_pending_bytes", g.cfg.PendingBytes)
 	}
-	r := refuse(CodeUnavailable, map[string]any{"size": size},
-		"ingress is overloaded: a message of %d bytes was dropped unchecked while its buffer was filling; nothing was stored; retry later", size)
-	g.noteError(r)
+	g.noteError(CodeUnavailable)
 	if m.Reply != "" && g.replyAllowed(m.Reply) {
-		g.send(replyError(m.Reply, r))
+		g.send(replyError(m.Reply, refuse(CodeUnavailable, map[string]any{"size": size},
+			"ingress is overloaded: a message of %d bytes was dropped unchecked while its buffer was filling; nothing was stored; retry later", size)))
 	}
 	return true
 }

@@ -1,6 +1,7 @@
 package ingress_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -84,4 +85,18 @@ func TestShedLargeWhileBufferFills(t *testing.T) {
 	assert.Equal(t, 5.0, metricValue(t, g, "ingress_shed_total"))
 	assert.Zero(t, st.Dropped)
 	assert.True(t, g.logs.logged(slog.LevelWarn, "large messages are dropped unchecked"))
+
+	// A shed message is an error to the micro service, answered (R) or not (p1…p4).
+	resp, err := nc.Request("$SRV.STATS.jetbus-ingress", nil, wait)
+	require.NoError(t, err)
+	var stats struct {
+		Endpoints []struct {
+			NumErrors int    `json:"num_errors"`
+			LastError string `json:"last_error"`
+		} `json:"endpoints"`
+	}
+	require.NoError(t, json.Unmarshal(resp.Data, &stats))
+	require.Len(t, stats.Endpoints, 1)
+	assert.Equal(t, 5, stats.Endpoints[0].NumErrors, "num_errors")
+	assert.Equal(t, "503:unavailable", stats.Endpoints[0].LastError, "last_error")
 }
