@@ -44,15 +44,23 @@
 // # Choices
 //
 //   - Every stream is a jetbus topic created by Bus.EnsureTopic (file storage, limits
-//     retention, 2-minute duplicate window), so the sides differ only in the client. Each side
-//     consumes what its own publisher stores (the Bus's events with their headers, Watermill's
-//     messages with its UUID header, raw messages with a Nats-Msg-Id only); the stores are
-//     filled once, before the timed rounds.
+//     retention, 2-minute duplicate window), so the sides differ only in the client. Each
+//     application side consumes what its own publisher stores (the Bus's events with their
+//     headers, Watermill's messages with its UUID header, raw messages with a Nats-Msg-Id
+//     only), but the two raw clients of consumers set up like the Bus's ("window 1000",
+//     "pinned, window 1000") read the Bus's own events: they are the ceiling of a client of
+//     the same consumer, receiving the same messages (the Bus's carry two more headers than
+//     a raw publisher's, x-ts and content-type, which every client of them parses). The
+//     stores are filled once, before the timed rounds.
 //   - Each round runs every side once, in an order rotated by one each round, so every side
 //     goes first in some round and load from elsewhere (and work the server defers from the
 //     previous side) falls on all alike; runtime.GC runs before each side. The table gives
 //     min, median and max over the rounds and the ratio of medians jetbus ÷ side: above 1 the
-//     Bus is faster for throughput, below 1 it is faster for latency.
+//     Bus is faster for throughput, below 1 it is faster for latency. A second table divides
+//     the Bus's figure by each side's within each round and gives the median (min–max) of
+//     those paired ratios: on a shared machine whose speed drifts by more than the margins
+//     measured, the rounds' pairs cancel the drift, and their median is the steadier figure
+//     (use many rounds: -rounds 21 or more).
 //   - Every consume side gets a fresh connection and a fresh durable consumer per round,
 //     deleted afterwards; publishing sides keep one connection for the scenario and the
 //     stream is purged before each timed run.

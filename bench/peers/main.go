@@ -59,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, describe(cfg))
 	fmt.Fprintln(stdout)
 	writeTable(stdout, results)
+	fmt.Fprintln(stdout)
+	writePaired(stdout, results)
 	return 0
 }
 

@@ -29,6 +29,19 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("table has no row %q:\n%s", row, stdout.String())
 		}
 	}
+	if !strings.Contains(stdout.String(), "| jetbus ÷ side, paired by round: median (min–max) |") {
+		t.Errorf("no table of paired ratios:\n%s", stdout.String())
+	}
+}
+
+// TestPairedRatio: each round's two figures are divided, then summarized.
+func TestPairedRatio(t *testing.T) {
+	if got, want := pairedRatio([]float64{100, 90, 120}, []float64{100, 100, 100}), "1.00 (0.90–1.20)"; got != want {
+		t.Errorf("pairedRatio = %q, want %q", got, want)
+	}
+	if got := pairedRatio([]float64{1}, []float64{0}); got != "—" {
+		t.Errorf("pairedRatio with no usable round = %q, want —", got)
+	}
 }
 
 func TestParseFlags(t *testing.T) {

@@ -55,3 +55,46 @@ func writeTable(w io.Writer, results []*result) {
 		}
 	}
 }
+
+// writePaired writes a second table: per metric and side, jetbus ÷ side computed within each
+// round (the two runs of a round are minutes apart at most, so what drifts on a shared
+// machine falls on both) and summarized as the median, minimum and maximum over the rounds,
+// for the ordered Bus side and the unordered one (result.alt). The median of paired ratios
+// moves less from run to run than the ratio of the medians of the first table.
+func writePaired(w io.Writer, results []*result) {
+	fmt.Fprintln(w, "| scenario | side | jetbus ÷ side, paired by round: median (min–max) | jetbus Unordered ÷ side, paired by round: median (min–max) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|")
+	for _, res := range results {
+		for m, mt := range res.metrics {
+			for i, name := range res.sides {
+				if i == 0 {
+					continue
+				}
+				label := ""
+				if i == 1 {
+					label = fmt.Sprintf("%s (%d rounds)", mt.name, len(res.values[i][m]))
+				}
+				ordered, unordered := pairedRatio(res.values[0][m], res.values[i][m]), "—"
+				if res.alt > 0 && i != res.alt {
+					unordered = pairedRatio(res.values[res.alt][m], res.values[i][m])
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s |\n", label, name, ordered, unordered)
+			}
+		}
+	}
+}
+
+// pairedRatio summarizes bus[r] ÷ side[r] over the rounds r.
+func pairedRatio(bus, side []float64) string {
+	var rs []float64
+	for r := range min(len(bus), len(side)) {
+		if side[r] > 0 {
+			rs = append(rs, bus[r]/side[r])
+		}
+	}
+	if len(rs) == 0 {
+		return "—"
+	}
+	lo, med, hi := stats(rs)
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", med, lo, hi)
+}
