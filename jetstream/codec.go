@@ -117,7 +117,7 @@ func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int
 		known++
 	}
 	if v := h[jetbus.HeaderTS]; len(v) > 0 {
-		if ms, err := strconv.ParseInt(v[0], 10, 64); err == nil {
+		if ms, ok := parseMillis(v[0]); ok {
 			e.TS = time.UnixMilli(ms)
 		}
 		known++
@@ -184,6 +184,25 @@ func decode(e *jetbus.Event, raw *jetbus.RawMessage, topic string, partition int
 		return drops, fmt.Errorf("%w: %s seq %d", jetbus.ErrDecode, raw.Stream, raw.Seq)
 	}
 	return drops, nil
+}
+
+// parseMillis reads an x-ts value as strconv.ParseInt(s, 10, 64) does, with a quicker path
+// for what the Bus writes (up to 18 digits, no sign): it runs for every delivery.
+func parseMillis(s string) (int64, bool) {
+	if len(s) == 0 || len(s) > 18 {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		return ms, err == nil
+	}
+	var ms int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			ms, err := strconv.ParseInt(s, 10, 64) // a sign, or not a number
+			return ms, err == nil
+		}
+		ms = ms*10 + int64(c-'0')
+	}
+	return ms, true
 }
 
 // hasKeyToken reports whether subject, a delivery's subject of topic, may hold a key token

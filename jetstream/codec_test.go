@@ -3,6 +3,7 @@ package jetstream
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,4 +31,19 @@ func TestPayloadDepthBounded(t *testing.T) {
 	if _, err := marshalPayload(ok); err != nil {
 		t.Errorf("at the bound: %v", err)
 	}
+}
+
+// FuzzParseMillis checks parseMillis against strconv.ParseInt, which it reads x-ts as.
+func FuzzParseMillis(f *testing.F) {
+	for _, s := range []string{"1700000000000", "0", "", "-5", "+5", "123456789012345678", "1234567890123456789",
+		"9223372036854775807", "9223372036854775808", "12a", "1_000", " 1", "٣"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseMillis(s)
+		want, err := strconv.ParseInt(s, 10, 64)
+		if ok != (err == nil) || (ok && got != want) {
+			t.Fatalf("parseMillis(%q) = %d, %v; strconv.ParseInt: %d, %v", s, got, ok, want, err)
+		}
+	})
 }

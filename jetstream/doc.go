@@ -168,17 +168,20 @@
 //
 // What the Bus itself does per delivery, without the server (BenchmarkDeliveryPath,
 // `go test -bench DeliveryPath -benchmem ./jetstream/`, on the 2-vCPU machine of
-// BENCHMARKS.md): 0.5 to 1 µs (460 ns when first measured, 770–980 ns in later runs with
-// the machine shared) and one allocation of 384 bytes (the Delivery and its Event
-// together) for an event without custom headers, tags or caused-by: reading the mapped
-// headers by name, checking the body is JSON (gjson's validator, three times faster than
-// encoding/json's and fuzzed against it), the handler chain, two clock reads for the pull
-// window, and the ack. TestDeliveryAllocations fails if a change adds an allocation. For
-// comparison, nats.go spends about 2 µs per message receiving it, and a pinned consumer costs
-// the server about 4 µs per message more than a plain one (it re-encodes the headers to add
-// the pin): the Bus consumes at the speed of a raw client of the same consumer (bench/peers).
+// BENCHMARKS.md): 0.5 to 1 µs (460 ns when first measured, 670–780 ns in later runs with
+// the machine shared, the metadata included) and one allocation of 512 bytes (the
+// Delivery, its Event and the message's metadata together) for an event without custom
+// headers, tags or caused-by: reading the metadata from the ack subject in one pass
+// (nats.go's Metadata would add two allocations), reading the mapped headers by name,
+// checking the body is JSON (gjson's validator, three times faster than encoding/json's and
+// fuzzed against it), the handler chain, two clock reads (the handler's start and end, which
+// the pull window reuses), and the ack. TestDeliveryAllocations fails if a change adds an
+// allocation. For comparison, nats.go spends about 2 µs per message receiving it, and a
+// pinned consumer costs the server about 4 µs per message more than a plain one (it
+// re-encodes the headers to add the pin); a raw client of the same consumer reading the same
+// events still does less, and how much less is measured in bench/peers (BENCHMARKS.md).
 // An unordered group's delivery costs the same one allocation (the pulled message, which
 // holds its metadata, Delivery and Event: TestUnorderedDeliveryAllocations) and saves what
-// nats.go's Messages iterator spends per message (a timer, the message wrapper, the
-// metadata); its consumer is not pinned, which is most of why it is faster.
+// nats.go's Messages iterator spends per message (a timer, the message wrapper); its
+// consumer is not pinned, which is most of why it is faster.
 package jetstream

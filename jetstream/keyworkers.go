@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"sync"
+	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
@@ -9,8 +10,8 @@ import (
 )
 
 type delivered struct {
-	msg  natsjs.Msg
-	meta *natsjs.MsgMetadata
+	msg natsjs.Msg
+	de  *deliveryEvent
 }
 
 // keyWorkers spread a partition's messages over workers by key (KeyConcurrency). In an
@@ -43,14 +44,15 @@ func (pc *partConsumer) startWorkers(n int) *keyWorkers {
 					}
 					continue // ordered: left pending, release returns it (see consume)
 				}
-				pc.handle(d.msg, d.meta)
+				pc.handle(d.msg, d.de)
 			}
 		}(ws.in[i%queues])
 	}
 	return ws
 }
 
-func (ws *keyWorkers) dispatch(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
+// dispatch queues a delivery for its worker and returns when it was queued.
+func (ws *keyWorkers) dispatch(msg natsjs.Msg, de *deliveryEvent) time.Time {
 	var i int // one queue (unordered): any worker takes it
 	if len(ws.in) > 1 {
 		if key := msg.Headers().Get(jetbus.HeaderKey); key != "" {
@@ -60,7 +62,8 @@ func (ws *keyWorkers) dispatch(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 			ws.next = (ws.next + 1) % len(ws.in)
 		}
 	}
-	ws.in[i] <- delivered{msg, meta}
+	ws.in[i] <- delivered{msg, de}
+	return time.Now()
 }
 
 // stop lets the workers finish what they were given and waits for them.

@@ -16,21 +16,19 @@ import (
 // Handling one delivery: decode it, run the handler chain, and settle the message with the
 // server (ack, nak with the backoff delay, or term).
 
-// deliveryEvent is a delivery with its event, allocated together.
+// deliveryEvent is a delivery with its event and the message's metadata, allocated
+// together: one allocation per delivery (an unordered pull's message holds it).
 type deliveryEvent struct {
-	d jetbus.Delivery
-	e jetbus.Event
+	d    jetbus.Delivery
+	e    jetbus.Event
+	meta natsjs.MsgMetadata
 }
 
-// handle runs the handler chain on one message and settles it.
-func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
+// handle runs the handler chain on one message, whose metadata is both.meta, and settles it.
+// It returns when the handler ended, for the pull window (one clock read fewer per delivery).
+func (pc *partConsumer) handle(msg natsjs.Msg, both *deliveryEvent) time.Time {
 	s := pc.sub
-	var both *deliveryEvent
-	if pm, ok := msg.(*pulled); ok {
-		both = &pm.de // an unordered pull's message has room for it
-	} else {
-		both = new(deliveryEvent)
-	}
+	meta := &both.meta
 	e := &both.e
 	raw, drops, decodeErr := decodeDelivery(e, msg, meta, pc.topic, pc.partition, s.bus.keepBaggage)
 	if drops != 0 {
@@ -38,7 +36,7 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	}
 	if decodeErr == nil && s.opts.Filter != nil && !s.opts.Filter(e) {
 		_ = msg.Ack()
-		return
+		return time.Now()
 	}
 	d := &both.d
 	*d = jetbus.Delivery{
@@ -76,6 +74,7 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 		err = pc.call(ctx, d)
 	}
 	took := time.Since(t0)
+	end := t0.Add(took)
 	pc.win.observe(took)
 	if pc.gm != nil {
 		pc.gm.handled(took)
@@ -83,11 +82,11 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	if s.opts.ManualAck {
 		if err == nil {
 			endProcess(span, d, first, nil, outcomeManual)
-			return // settled by Bus.Ack or Bus.Nack
+			return end // settled by Bus.Ack or Bus.Nack
 		}
 		if !s.bus.takePending(key, msg) {
 			endProcess(span, d, first, err, outcomeManual)
-			return // already settled by the handler itself
+			return end // already settled by the handler itself
 		}
 	}
 	outcome := pc.settle(msg, d.Attempt, e, err)
@@ -95,6 +94,7 @@ func (pc *partConsumer) handle(msg natsjs.Msg, meta *natsjs.MsgMetadata) {
 	if s.opts.KeyConcurrency <= 1 {
 		pc.handledUpTo.Store(e.Seq)
 	}
+	return end
 }
 
 // holdFor waits d while keeping msg's ack deadline alive. It returns false when the

@@ -228,7 +228,7 @@ func (p *puller) take(m *nats.Msg) (*pulled, error) {
 		// Handled and acknowledged on this goroutine: the ack may wait for others.
 		pm.batch = p
 	}
-	if err := parseAckReply(m.Reply, &pm.meta); err != nil {
+	if err := parseAckReply(m.Reply, &pm.de.meta); err != nil {
 		p.pc.log.Error("message without metadata, terminated", "err", err)
 		_ = pm.TermWithReason("jetbus: no metadata")
 		return nil, nil
@@ -237,10 +237,9 @@ func (p *puller) take(m *nats.Msg) (*pulled, error) {
 }
 
 // deliver hands a delivery to the handler and sizes the window.
-func (p *puller) deliver(pm *pulled, handle func(natsjs.Msg, *natsjs.MsgMetadata)) {
+func (p *puller) deliver(pm *pulled, handle func(natsjs.Msg, *deliveryEvent) time.Time) {
 	pc := p.pc
-	handle(pm, &pm.meta)
-	now := time.Now()
+	now := handle(pm, &pm.de)
 	switch {
 	case pc.win.delivered(now) < 0:
 		// The handler slowed down: the next requests ask for less, and what is buffered
@@ -354,12 +353,12 @@ func (p *puller) statusMsg(code string, h nats.Header) error {
 // the consumer has nothing left to deliver, or stopLimit passed. close then unsubscribes and
 // gives back. (A delivery the server assigns to a request just as it is unsubscribed, an
 // event published at that moment, is dropped by the server and comes back after AckTimeout.)
-func (p *puller) finish(handle func(natsjs.Msg, *natsjs.MsgMetadata)) error {
+func (p *puller) finish(handle func(natsjs.Msg, *deliveryEvent) time.Time) error {
 	pc := p.pc
 	defer p.sendAcks()
 	take := func(pm *pulled) {
 		if pc.sub.draining.Load() {
-			handle(pm, &pm.meta)
+			handle(pm, &pm.de)
 		} else {
 			pc.holdBack(pm)
 		}
@@ -432,7 +431,7 @@ func (p *puller) close() {
 	}
 	for _, pm := range rest {
 		if pc.sub.stopping() && pc.sub.draining.Load() {
-			pc.handle(pm, &pm.meta)
+			pc.handle(pm, &pm.de)
 		} else {
 			pc.holdBack(pm)
 		}
@@ -460,8 +459,8 @@ func (pc *partConsumer) giveBackHeld() {
 	pc.held = nil
 	pc.heldMu.Unlock()
 	for _, pm := range held {
-		if int(pm.meta.NumDelivered) >= pc.sub.opts.MaxAttempts {
-			pc.handle(pm, &pm.meta)
+		if int(pm.de.meta.NumDelivered) >= pc.sub.opts.MaxAttempts {
+			pc.handle(pm, &pm.de)
 			continue
 		}
 		if err := pm.Nak(); err != nil {
@@ -478,10 +477,10 @@ type pulled struct {
 	// joins the pull's batch (nil: sent at once).
 	batch *puller
 	msg   *nats.Msg
-	meta  natsjs.MsgMetadata
 	done  atomic.Bool // acked, nak'ed or terminated
 	mu    sync.Mutex  // serializes settling
-	// de is the Delivery and Event that handle makes of it: one allocation per delivery.
+	// de is its metadata, and the Delivery and Event that handle makes of it: one
+	// allocation per delivery.
 	de deliveryEvent
 }
 
@@ -495,7 +494,7 @@ var (
 	ackTerm     = []byte("+TERM")
 )
 
-func (m *pulled) Metadata() (*natsjs.MsgMetadata, error) { return &m.meta, nil }
+func (m *pulled) Metadata() (*natsjs.MsgMetadata, error) { return &m.de.meta, nil }
 func (m *pulled) Data() []byte                           { return m.msg.Data }
 func (m *pulled) Headers() nats.Header                   { return m.msg.Header }
 func (m *pulled) Subject() string                        { return m.msg.Subject }
@@ -582,29 +581,42 @@ func parseAckReply(reply string, md *natsjs.MsgMetadata) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", errAckSubject, reply)
 	}
-	var domain string
-	switch n := strings.Count(rest, ".") + 1; {
+	// One pass over the subject (it runs for every delivery): where each of the first nine
+	// tokens starts, and how many there are.
+	var starts [10]int
+	n := 1
+	for i := 0; i < len(rest); i++ {
+		if rest[i] == '.' {
+			if n < len(starts) {
+				starts[n] = i + 1
+			}
+			n++
+		}
+	}
+	tok := func(i int) string {
+		if i+1 < n {
+			return rest[starts[i] : starts[i+1]-1]
+		}
+		return rest[starts[i]:]
+	}
+	first, domain := 0, ""
+	switch {
 	case n == 7:
 	case n >= 9:
-		domain, rest, _ = strings.Cut(rest, ".")
-		_, rest, _ = strings.Cut(rest, ".") // the account hash
+		first, domain = 2, tok(0) // then the account hash
 		if domain == "_" {
 			domain = ""
 		}
 	default:
 		return fmt.Errorf("%w: %q", errAckSubject, reply)
 	}
-	var t [7]string
-	for i := range t {
-		t[i], rest, _ = strings.Cut(rest, ".")
-	}
 	*md = natsjs.MsgMetadata{
-		Sequence:     natsjs.SequencePair{Stream: parseNum(t[3]), Consumer: parseNum(t[4])},
-		NumDelivered: parseNum(t[2]),
-		NumPending:   parseNum(t[6]),
-		Timestamp:    time.Unix(0, int64(parseNum(t[5]))),
-		Stream:       t[0],
-		Consumer:     t[1],
+		Sequence:     natsjs.SequencePair{Stream: parseNum(tok(first + 3)), Consumer: parseNum(tok(first + 4))},
+		NumDelivered: parseNum(tok(first + 2)),
+		NumPending:   parseNum(tok(first + 6)),
+		Timestamp:    time.Unix(0, int64(parseNum(tok(first+5)))),
+		Stream:       tok(first),
+		Consumer:     tok(first + 1),
 		Domain:       domain,
 	}
 	return nil

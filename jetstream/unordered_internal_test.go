@@ -48,6 +48,40 @@ func TestParseAckReply(t *testing.T) {
 	}), "parseAckReply allocates")
 }
 
+// FuzzParseAckReply checks parseAckReply against nats.go's own parser on any reply subject:
+// both refuse it, or both read the same metadata.
+func FuzzParseAckReply(f *testing.F) {
+	for _, s := range []string{
+		"$JS.ACK.orders.g_p0.1.7.3.1700000000000000000.12",
+		"$JS.ACK._.acchash.orders.g_p0.2.7.3.1700000000000000001.0.random",
+		"$JS.ACK.hub.acchash.orders.g_p0.5.70.30.1700000000000000002.4",
+		"$JS.ACK.a.b.c.d.e.f.g.h.i.j.k", "$JS.ACK.......", "$JS.ACK.x.y.1.2.3.-4.5", "$JS.ACK.", "",
+		"$JS.ACK.orders.g_p0.18446744073709551616.7.3.1.2",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, reply string) {
+		var got natsjs.MsgMetadata
+		err := parseAckReply(reply, &got)
+		want, wantErr := (&nats.Msg{Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%q: error %v, nats.go's %v", reply, err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		assert.Equal(t, natsjs.MsgMetadata{
+			Sequence:     natsjs.SequencePair{Stream: want.Sequence.Stream, Consumer: want.Sequence.Consumer},
+			NumDelivered: want.NumDelivered,
+			NumPending:   want.NumPending,
+			Timestamp:    want.Timestamp,
+			Stream:       want.Stream,
+			Consumer:     want.Consumer,
+			Domain:       want.Domain,
+		}, got, reply)
+	})
+}
+
 // An unordered pull's delivery costs one allocation on the Bus's side: the pulled message,
 // which holds its metadata and the Delivery and Event handle makes of it (see "Cost per
 // delivery" in the package doc).
