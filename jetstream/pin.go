@@ -149,7 +149,7 @@ func (pc *partConsumer) release() {
 	pc.mu.Lock()
 	it := pc.iter
 	pc.mu.Unlock()
-	iterClosed(it) // what the server still sent to the pull is counted below
+	pc.waitIterClosed(it, "releasing") // what the server still sent to the pull is counted below
 	// Deliveries the application still held for Bus.Ack are returned with the others by the
 	// reset below; only when this client cannot reset are they nak'ed instead.
 	held := b.takePendingOf(pc.sub, pc)

@@ -118,6 +118,14 @@ func iterClosed(it natsjs.MessagesContext) bool {
 	}
 }
 
+// waitIterClosed is iterClosed, which says when it gave up waiting: deliveries the server
+// still sends to the pull then come back only after the ack timeout.
+func (pc *partConsumer) waitIterClosed(it natsjs.MessagesContext, then string) {
+	if !iterClosed(it) {
+		pc.log.Warn("a stopped pull still receives after "+iterCloseWait.String()+": what the server sends to it comes back after the ack timeout", "then", then)
+	}
+}
+
 // iterCloseWait bounds iterClosed: the unsubscribe follows Stop within microseconds, and
 // Drain after a flush (a round trip to the server), unless the process is starved or its
 // connection is gone.
@@ -219,7 +227,7 @@ func (pc *partConsumer) run() {
 			continue
 		}
 		it.Stop()
-		iterClosed(it)
+		pc.waitIterClosed(it, "resuming")
 		if err != nil && !errors.Is(err, natsjs.ErrMsgIteratorClosed) && !errors.Is(err, errShrink) {
 			pc.log.Info("pull interrupted, resuming", "err", err)
 		}
