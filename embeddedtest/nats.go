@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,15 +176,31 @@ func (l *testServerLog) Tracef(string, ...any)          {}
 
 // Connect connects to url (a server's ClientURL, or a cluster's URLs comma-separated) and
 // closes the connection when the test ends. The connection retries its reconnects forever, so
-// a test that restarts servers keeps it.
+// a test that restarts servers keeps it. Its asynchronous errors (a permissions violation, a
+// slow consumer) go to the test's log, shown when it fails, unless opts set a handler: nats.go
+// would print them on stderr, between the tests' lines.
 func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	var closing atomic.Bool
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if closing.Load() {
+				return // the test may be over
+			}
+			if sub != nil {
+				t.Logf("embeddedtest: NATS error on subscription %s: %v", sub.Subject, err)
+				return
+			}
+			t.Logf("embeddedtest: NATS error: %v", err)
+		})}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("embeddedtest: connect %s: %v", url, err)
 	}
-	t.Cleanup(nc.Close)
+	t.Cleanup(func() {
+		closing.Store(true)
+		nc.Close()
+	})
 	return nc
 }
 
