@@ -82,11 +82,7 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 	require.NoError(t, err)
 	pin := cons.CachedInfo().PriorityGroups[0].PinnedClientID
 	require.NotEmpty(t, pin)
-	stolen, err := nc.SubscribeSync(nats.NewInbox())
-	require.NoError(t, err)
-	req, err := json.Marshal(map[string]any{"batch": 2, "expires": int64(30 * time.Second), "group": jetbus.PriorityGroup, "id": pin})
-	require.NoError(t, err)
-	require.NoError(t, nc.PublishRequest(fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, consumer), stolen.Subject, req))
+	stolen := rawPull(t, nc, stream, consumer, 2, pin)
 	waitWaiting(t, js, stream, consumer, 2) // the server queues requests on a goroutine of its own
 
 	publish() // 5: the partition's
@@ -117,6 +113,23 @@ func TestGapAfterRecoveryReset(t *testing.T) {
 
 // waitWaiting waits until the consumer has n pull requests waiting (the tests' partitions
 // have one each: a request for their whole window, which their few events do not use up).
+// rawPull sends a pull request of the group's priority group for batch messages, carrying
+// pin when it is not empty, as a client other than the Bus's would, and returns the
+// subscription its messages arrive on.
+func rawPull(t *testing.T, nc *nats.Conn, stream, consumer string, batch int, pin string) *nats.Subscription {
+	t.Helper()
+	inbox, err := nc.SubscribeSync(nats.NewInbox())
+	require.NoError(t, err)
+	r := map[string]any{"batch": batch, "expires": int64(30 * time.Second), "group": jetbus.PriorityGroup}
+	if pin != "" {
+		r["id"] = pin
+	}
+	req, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.NoError(t, nc.PublishRequest(fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, consumer), inbox.Subject, req))
+	return inbox
+}
+
 func waitWaiting(t *testing.T, js natsjs.JetStream, stream, consumer string, n int) {
 	t.Helper()
 	var have int
@@ -159,11 +172,7 @@ func TestGapBeforeThePin(t *testing.T) {
 	js := bus.JetStream()
 	waitWaiting(t, js, stream, consumer, 0)
 	nc := embeddedtest.Connect(t, s.ClientURL())
-	stolen, err := nc.SubscribeSync(nats.NewInbox())
-	require.NoError(t, err)
-	req, err := json.Marshal(map[string]any{"batch": 1, "expires": int64(30 * time.Second), "group": jetbus.PriorityGroup})
-	require.NoError(t, err)
-	require.NoError(t, nc.PublishRequest(fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, consumer), stolen.Subject, req))
+	stolen := rawPull(t, nc, stream, consumer, 1, "")
 	waitWaiting(t, js, stream, consumer, 1)
 
 	sub, err := bus.Subscribe(ctx, topic, group, handler, jetbus.FromEarliest(), jetbus.AckTimeout(time.Minute))
