@@ -53,7 +53,7 @@ func deliveryFixture() (*partConsumer, *fakeMsg) {
 	pc := &partConsumer{sub: s, topic: "orders", stream: "orders", partition: 0, name: "g_p0"}
 	e := &jetbus.Event{ID: newEventID(time.Now()), Topic: "orders", TS: time.Now(), Payload: []byte(`{"order":12345,"customer":"c-987","amount":42.5,"items":["a","b","c"]}`)}
 	wire := encode(e, "orders.p0")
-	m := &fakeMsg{subject: wire.Subject, reply: "$JS.ACK.orders.g_p0.1.7.7.1700000000000000000.0", header: wire.Header, data: wire.Data}
+	m := &fakeMsg{subject: wire.Subject, reply: "$JS.ACK._.acchash.orders.g_p0.1.7.7.1700000000000000000.0.token", header: wire.Header, data: wire.Data}
 	m.meta = natsjs.MsgMetadata{Sequence: natsjs.SequencePair{Stream: 7, Consumer: 7}, NumDelivered: 1, Stream: "orders", Consumer: "g_p0", Timestamp: time.Now()}
 	return pc, m
 }

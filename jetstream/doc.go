@@ -168,11 +168,11 @@
 //
 // What the Bus itself does per delivery, without the server (BenchmarkDeliveryPath,
 // `go test -bench DeliveryPath -benchmem ./jetstream/`, on the 2-vCPU machine of
-// BENCHMARKS.md): 0.5 to 1 µs (460 ns when first measured, 670–780 ns in later runs with
+// BENCHMARKS.md): 0.5 to 1 µs (460 ns when first measured, 500–800 ns in later runs with
 // the machine shared, the metadata included) and one allocation of 512 bytes (the
 // Delivery, its Event and the message's metadata together) for an event without custom
 // headers, tags or caused-by: reading the metadata from the ack subject in one pass
-// (nats.go's Metadata would add two allocations), reading the mapped headers by name,
+// (nats.go's Metadata would add an allocation), reading the mapped headers by name,
 // checking the body is JSON (gjson's validator, three times faster than encoding/json's and
 // fuzzed against it), the handler chain, two clock reads (the handler's start and end, which
 // the pull window reuses), and the ack. TestDeliveryAllocations fails if a change adds an

@@ -277,7 +277,7 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 			pc.pinID = pin
 		}
 		// The metadata is read from the ack subject into the delivery's own allocation, not
-		// with msg.Metadata (two more allocations per delivery, for the garbage collector that
+		// with msg.Metadata (one more allocation per delivery, for the garbage collector that
 		// the process shares with everything else).
 		de := new(deliveryEvent)
 		if err := parseAckReply(msg.Reply(), &de.meta); err != nil {
