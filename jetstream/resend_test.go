@@ -20,9 +20,14 @@ import (
 // leader stops with the message in flight: the stream is deleted, and a plain subscriber
 // takes (and never answers) the first message that arrives, then has the stream made again,
 // so that only a second copy of that message can be stored and acknowledged.
+//
+// Another stream is kept beside it: nats-server removes an account's store directories in a
+// goroutine once its last stream is deleted (if they are empty), which races a stream created
+// just then ("could not create storage directory").
 func lostAck(t *testing.T, s interface{ ClientURL() string }, admin *jbjs.Bus, topic string) {
 	t.Helper()
 	ctx := t.Context()
+	require.NoError(t, admin.EnsureTopic(ctx, jbjs.TopicConfig{Name: "lostack.keep"}))
 	require.NoError(t, admin.JetStream().DeleteStream(ctx, jetbus.StreamName(topic)))
 	nc := embeddedtest.Connect(t, s.ClientURL())
 	var once sync.Once
