@@ -250,6 +250,11 @@ func (b *Bus) pauseForReset(ctx context.Context, stream, name string) (*pause, e
 		now = time.Now()
 	}
 	p.active, p.until = true, now.Add(resetPause)
+	// A consumer already paused (a pause left by a reset that stopped halfway, or an
+	// operator's shorter one) reports itself paused before this pause is applied: only its
+	// own end tells that this one is. Taking the old one for it, the reset went on before
+	// the new pause was applied, and resume, not finding it, left the consumer paused.
+	replacing := info.Paused
 	err = retry.Do(ctx, apiPolicy, func(ctx context.Context) error {
 		_, err := b.js.PauseConsumer(ctx, stream, name, p.until)
 		return err
@@ -263,7 +268,7 @@ func (b *Bus) pauseForReset(ctx context.Context, stream, name string) (*pause, e
 	defer cancel()
 	for {
 		info, err := b.consumerInfo(wait, stream, name)
-		if err == nil && info.Paused {
+		if err == nil && info.Paused && (!replacing || p.applied(info)) {
 			p.seen = time.Now()
 			return p, nil
 		}
@@ -299,7 +304,7 @@ func (p *pause) resume() {
 		if err != nil {
 			return err
 		}
-		if u := info.Config.PauseUntil; u == nil || !u.Equal(p.until) {
+		if !p.applied(info) {
 			return nil
 		}
 		_, err = p.b.js.ResumeConsumer(ctx, p.stream, p.name)
@@ -308,6 +313,12 @@ func (p *pause) resume() {
 	if err != nil {
 		p.b.opts.logger.Warn("resuming a consumer after its reset failed: it resumes when its pause ends", "stream", p.stream, "consumer", p.name, "until", p.until, "err", err)
 	}
+}
+
+// applied reports whether the consumer's pause is this reset's.
+func (p *pause) applied(info *natsjs.ConsumerInfo) bool {
+	u := info.Config.PauseUntil
+	return u != nil && u.Equal(p.until)
 }
 
 func (b *Bus) consumerInfo(ctx context.Context, stream, name string) (*natsjs.ConsumerInfo, error) {
