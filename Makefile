@@ -69,10 +69,10 @@ bench-peers:
 	cd bench/peers && $(GO) vet ./... && $(GO) run . $(PEERS_FLAGS)
 
 ## soak: the churn and cluster tests, repeated (make test runs them once; test-short shrinks them),
-## and the tests only soak runs (build tag soak): resets racing consumer leader changes.
+## and the tests only soak runs (build tag soak): resets racing consumer leader changes, backlog reads that must not stall.
 SOAK ?= 5
 soak:
-	$(GO) test -race -tags soak -count=$(SOAK) -run 'Churn|Conformance|Cluster|ResetDuringLeaderChanges' -timeout 60m ./partition/ ./jetstream/ ./embeddedtest/
+	$(GO) test -race -tags soak -count=$(SOAK) -run 'Churn|Conformance|Cluster|ResetDuringLeaderChanges|BacklogReadsDoNotStall' -timeout 60m ./partition/ ./jetstream/ ./embeddedtest/
 
 ## e2e-node: install the Node.js client of the end-to-end tests (e2e/nodeclient, npm ci from
 ## its lockfile; needs Node 20 and npm).

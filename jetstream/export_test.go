@@ -22,3 +22,13 @@ func ResetConsumer(ctx context.Context, b *Bus, topic, group string, p int) (*na
 // IterClosed waits, as a release or a recovery does, until a stopped or drained pull's inbox
 // is unsubscribed, and reports whether it saw that before giving up.
 func IterClosed(it natsjs.MessagesContext) bool { return iterClosed(it) }
+
+// PullWakes is how many times the ordered pulls of s had their waiting Next woken
+// (wake.go).
+func PullWakes(s jetbus.Subscription) uint64 {
+	var n uint64
+	for _, pc := range s.(*subscription).parts {
+		n += pc.wakes.Load()
+	}
+	return n
+}

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,6 +70,9 @@ type partConsumer struct {
 	// stopped, given back once the pull no longer receives (unordered.go).
 	heldMu sync.Mutex
 	held   []*pulled
+
+	// wakes counts the ordered pulls' Next calls woken by their wake (wake.go).
+	wakes atomic.Uint64
 }
 
 // pullHeartbeat is how often the server tells a waiting pull that it is alive; nats.go takes
@@ -257,21 +261,30 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		defer ws.stop()
 		handle = ws.dispatch
 	}
+	wake, next := startWake(wakeTick, func() { pc.wakes.Add(1) })
+	defer wake.stop()
 	resizing := false
+	var t0 time.Time
 	for {
-		var t0 time.Time
-		if pc.gm != nil {
+		if pc.gm != nil && t0.IsZero() {
 			t0 = time.Now()
 		}
-		msg, err := it.Next()
+		msg, err := it.Next(next...)
 		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				// Woken (wake.go): Next, called again, sends the pull request it owes.
+				next = wake.renew()
+				continue
+			}
 			if resizing && errors.Is(err, natsjs.ErrMsgIteratorClosed) && !pc.sub.stopping() {
 				return errResize
 			}
 			return err
 		}
+		wake.delivered.Add(1)
 		if pc.gm != nil {
 			pc.gm.poll(time.Since(t0))
+			t0 = time.Time{}
 		}
 		if pin := msg.Headers().Get(pinHeader); pin != "" && pin != pc.pinID {
 			pc.pinID = pin
