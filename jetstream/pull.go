@@ -261,9 +261,9 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		defer ws.stop()
 		handle = ws.dispatch
 	}
-	wake, next := startWake(wakeTick, func() { pc.wakes.Add(1) })
+	wake, next := startWake(wakeAfter, func() { pc.wakes.Add(1) })
 	defer wake.stop()
-	resizing := false
+	resizing, woken := false, false
 	var t0 time.Time
 	for {
 		if pc.gm != nil && t0.IsZero() {
@@ -273,7 +273,7 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				// Woken (wake.go): Next, called again, sends the pull request it owes.
-				next = wake.renew()
+				next, woken = wake.renew(), true
 				continue
 			}
 			if resizing && errors.Is(err, natsjs.ErrMsgIteratorClosed) && !pc.sub.stopping() {
@@ -282,6 +282,10 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 			return err
 		}
 		wake.delivered.Add(1)
+		if woken {
+			woken = false
+			wake.rearm()
+		}
 		if pc.gm != nil {
 			pc.gm.poll(time.Since(t0))
 			t0 = time.Time{}

@@ -17,7 +17,7 @@ import (
 )
 
 // TestBacklogReadsDoNotStall (make soak): groups read a backlog of 60,000 events one after
-// the other, with pull windows of 2, 64 and up to 1,000 events, and no delivery may wait 2 s
+// the other, with pull windows of 2, 64 and up to 1,000 events, and no delivery may wait 5 s
 // or more after the one before it. nats.go's iterator can wait for a pull request it never
 // sent (wake.go): without the wake, the first read stood still for two heartbeats (10.1 s)
 // with `make test` running beside it; with it, two reads of twelve were woken (gaps of
@@ -40,13 +40,16 @@ func TestBacklogReadsDoNotStall(t *testing.T) {
 	for r := range 12 {
 		inFlight := []int{2, 64, 1000}[r%3]
 		var mu sync.Mutex
-		got, last, worst := 0, time.Now(), time.Duration(0)
+		var last time.Time // the first delivery's wait is the subscription's start
+		got, worst := 0, time.Duration(0)
 		done := make(chan struct{})
 		sub, err := b.Subscribe(ctx, "backlog", fmt.Sprint("g", r), func(context.Context, *jetbus.Delivery) error {
 			mu.Lock()
 			defer mu.Unlock()
 			now := time.Now()
-			worst = max(worst, now.Sub(last))
+			if !last.IsZero() {
+				worst = max(worst, now.Sub(last))
+			}
 			last = now
 			if got++; got == n {
 				close(done)
@@ -61,6 +64,6 @@ func TestBacklogReadsDoNotStall(t *testing.T) {
 		}
 		sub.Stop()
 		t.Logf("read %d, window %d: longest wait between deliveries %v, %d wakes", r, inFlight, worst, jbjs.PullWakes(sub))
-		require.Less(t, worst, 2*time.Second, "read %d stood still", r)
+		require.Less(t, worst, 5*time.Second, "read %d stood still", r)
 	}
 }

@@ -22,36 +22,43 @@ import (
 // and in its first read with `make test` running beside it (TestBacklogReadsDoNotStall).
 //
 // Any return into Next sends the missing request (its loop checks again first), so a wake
-// guards each ordered pull: when a tick passes without a delivery, the Next waiting then is
-// ended through its context, once per quiet spell, and called again. A partition that is
-// merely idle pays one wake per idle spell; a handler slower than a tick makes the next Next
-// return at once, one call more. nats.go's heartbeat stays the backstop for the rest (a
-// request that met no one).
+// guards each ordered pull: a timer checks, every wakeAfter[0] while deliveries come, that
+// one came; when none did, the Next waiting then is ended through its context and called
+// again. In one quiet spell it is woken after each of wakeAfter's intervals (a wake can come
+// while the request is still on its way, and find nothing to send); after the last, the timer
+// rests until the next delivery, so an idle partition costs four wakes per idle spell and
+// nothing after. A handler slower than a tick makes the next Next return at once, one call
+// more. nats.go's heartbeat stays the backstop for the rest (a request that met no one).
 
-// wakeTick is how long a pull may go without a delivery before its Next is woken once.
-const wakeTick = 250 * time.Millisecond
+// wakeAfter are the quiet times after which a waiting Next is woken, one after the other, in
+// one quiet spell (3.75 s in all, before nats.go's heartbeat gives up after 10 s). The first
+// is also how often a pull that receives deliveries is checked.
+var wakeAfter = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 
 // pullWake wakes one iterator's Next when deliveries stop: see above.
 type pullWake struct {
 	// delivered counts deliveries; the consume loop adds to it, the timer reads it.
 	delivered atomic.Uint64
 
+	after   []time.Duration // wakeAfter
+	onWake  func()
 	mu      sync.Mutex
-	cancel  context.CancelFunc // ends the current Next context
-	seen    uint64             // delivered at the last tick
-	woke    bool               // woken since the last delivery
+	ctx     context.Context    // the current Next context
+	cancel  context.CancelFunc // ends it
+	seen    uint64             // delivered at the last check
+	wakes   int                // in this quiet spell
+	resting bool               // the timer is not running: woken len(after) times
 	stopped bool
 	timer   *time.Timer
-	onWake  func()
 }
 
 // startWake arms a wake for one consume loop, and returns what its first Next is called
 // with. Stop it when the loop ends.
-func startWake(tick time.Duration, onWake func()) (*pullWake, []natsjs.NextOpt) {
-	w := &pullWake{onWake: onWake}
+func startWake(after []time.Duration, onWake func()) (*pullWake, []natsjs.NextOpt) {
+	w := &pullWake{after: after, onWake: onWake}
 	opts := w.renew()
 	w.mu.Lock()
-	w.timer = time.AfterFunc(tick, func() { w.check(tick) })
+	w.timer = time.AfterFunc(after[0], w.check)
 	w.mu.Unlock()
 	return w, opts
 }
@@ -66,24 +73,38 @@ func (w *pullWake) renew() []natsjs.NextOpt {
 	if w.cancel != nil {
 		w.cancel()
 	}
-	w.cancel = cancel
+	w.ctx, w.cancel = ctx, cancel
 	return []natsjs.NextOpt{natsjs.NextContext(ctx)}
 }
 
-func (w *pullWake) check(tick time.Duration) {
+func (w *pullWake) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
 		return
 	}
 	if n := w.delivered.Load(); n != w.seen {
-		w.seen, w.woke = n, false
-	} else if !w.woke {
-		w.woke = true
-		w.cancel()
-		w.onWake()
+		w.seen, w.wakes = n, 0
+		w.timer.Reset(w.after[0])
+		return
 	}
-	w.timer.Reset(tick)
+	w.cancel()
+	w.onWake()
+	if w.wakes++; w.wakes < len(w.after) {
+		w.timer.Reset(w.after[w.wakes])
+	} else {
+		w.resting = true
+	}
+}
+
+// rearm restarts a resting timer; consume calls it on the first delivery after a wake.
+func (w *pullWake) rearm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.resting && !w.stopped {
+		w.resting, w.seen, w.wakes = false, w.delivered.Load(), 0
+		w.timer.Reset(w.after[0])
+	}
 }
 
 func (w *pullWake) stop() {

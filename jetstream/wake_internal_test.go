@@ -5,41 +5,50 @@ import (
 	"time"
 )
 
-// A wake ends the waiting Next once per quiet spell: not while deliveries flow, not twice in
-// one spell, and no more once stopped.
-func TestPullWakeOncePerQuietSpell(t *testing.T) {
+// A wake ends the waiting Next's context after each quiet interval of a spell, not while
+// deliveries come; after the last interval it rests until rearmed by a delivery; nothing
+// after stop. Ticks are driven by hand (the timer's intervals are an hour).
+func TestPullWakeBacksOffThenRests(t *testing.T) {
 	wakes := 0
-	w, _ := startWake(time.Hour, func() { wakes++ }) // ticks are driven by hand below
+	hour := []time.Duration{time.Hour, time.Hour, time.Hour}
+	w, _ := startWake(hour, func() { wakes++ })
 	defer w.stop()
-	tick := func() { w.check(time.Hour) }
 
 	w.delivered.Add(3)
-	tick()
-	if wakes != 0 {
-		t.Fatalf("woken while deliveries flowed (%d)", wakes)
+	w.check()
+	if wakes != 0 || w.ctx.Err() != nil {
+		t.Fatalf("woken while deliveries came (%d)", wakes)
 	}
-	tick()
-	if wakes != 1 {
-		t.Fatalf("a tick without deliveries woke Next %d times, want 1", wakes)
+	for i := 1; i <= len(hour); i++ {
+		ctx := w.ctx
+		w.check()
+		if wakes != i || ctx.Err() == nil {
+			t.Fatalf("quiet interval %d: %d wakes, context ended: %v", i, wakes, ctx.Err() != nil)
+		}
+		w.renew() // what consume does when woken
+		if w.resting != (i == len(hour)) {
+			t.Fatalf("after %d wakes of %d: resting %v", i, len(hour), w.resting)
+		}
 	}
-	next := w.renew() // what the consume loop does when woken
-	tick()
-	tick()
-	if wakes != 1 {
-		t.Fatalf("woken again in the same quiet spell (%d)", wakes)
+	old := w.ctx
+	w.renew()
+	if old.Err() == nil {
+		t.Fatal("renew left the previous context running")
 	}
+
 	w.delivered.Add(1)
-	tick()
-	tick()
-	if wakes != 2 {
-		t.Fatalf("the next quiet spell woke Next %d times, want 2 in all", wakes)
+	w.rearm() // the first delivery after a wake
+	if w.resting || w.wakes != 0 {
+		t.Fatalf("rearm left the wake resting (%v) or counting (%d)", w.resting, w.wakes)
 	}
+	w.check()
+	if wakes != len(hour)+1 {
+		t.Fatalf("the next quiet spell: %d wakes in all, want %d", wakes, len(hour)+1)
+	}
+
 	w.stop()
-	tick()
-	if wakes != 2 {
+	w.check()
+	if wakes != len(hour)+1 {
 		t.Fatalf("woken after stop (%d)", wakes)
-	}
-	if len(next) != 1 {
-		t.Fatalf("renew gave %d options, want the context's", len(next))
 	}
 }

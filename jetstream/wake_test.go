@@ -12,9 +12,10 @@ import (
 	jbjs "github.com/jetbus/jetbus/jetstream"
 )
 
-// An ordered pull whose Next waits without a delivery is woken once (wake.go: nats.go's
-// iterator can wait there for a pull request it never sent), and the pull goes on: events
-// published after the wake are delivered to the same subscription.
+// An ordered pull whose Next waits without a delivery is woken (wake.go: nats.go's iterator
+// can wait there for a pull request it never sent), and the pull goes on: events published
+// after the wakes are delivered to the same subscription, and the next quiet spell is woken
+// too.
 func TestIdlePullIsWokenAndGoesOn(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	b := embeddedtest.Bus(t, s.ClientURL())
@@ -40,7 +41,7 @@ func TestIdlePullIsWokenAndGoesOn(t *testing.T) {
 			t.Fatalf("event %d not delivered after the pull was woken", i)
 		}
 		// The next quiet spell is woken too: the wake was re-armed by the delivery.
-		want := uint64(i + 2)
-		require.Eventually(t, func() bool { return jbjs.PullWakes(sub) >= want }, 10*time.Second, 10*time.Millisecond)
+		before := jbjs.PullWakes(sub)
+		require.Eventually(t, func() bool { return jbjs.PullWakes(sub) > before }, 10*time.Second, 10*time.Millisecond)
 	}
 }
