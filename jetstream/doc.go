@@ -57,13 +57,15 @@
 //     never waits for a pull; a handler that slows down shrinks the window before the events
 //     it buffered outlive their ack timeout. Growing drains the pull first (nothing is lost);
 //     shrinking stops it and returns the buffered events to the consumer, in order.
-//   - A pull that goes a quarter of a second without a delivery has its waiting Next woken
-//     (wake.go), again after 0.5, 1 and 2 s more of quiet: nats.go's iterator can skip
-//     sending its next pull request and then waits two heartbeats (10 s) before the
-//     partition pulls again; woken, it sends the request. The price: a timer per partition
-//     checking four times a second while deliveries come, four wakes per idle spell and
-//     nothing after, one Next call more after a handler slower than a tick, and per delivery
-//     an atomic add and a context case in Next's select.
+//   - A pull that goes 0.25 to 0.5 s without a delivery has its waiting Next woken (wake.go),
+//     again after 0.5 and 1 s more of quiet: nats.go's iterator can skip sending its next
+//     pull request and then waits two heartbeats (10 s) before the partition pulls again;
+//     woken, it sends the request. The price: a timer per partition checking four times a
+//     second while deliveries come, three wakes per idle spell and nothing after, one Next
+//     call more after a handler slower than a tick, per delivery an atomic add, an atomic
+//     load and a context case in Next's select, and a pull request that met no one given up
+//     about 12 s after the last delivery instead of 10 s (each call into Next restarts
+//     nats.go's heartbeat count).
 //   - Partition counts are cached per topic for WithTopicCacheTTL (default 10s).
 //   - Stop returns fetched but unhandled messages (and ManualAck deliveries not settled yet)
 //     by resetting the partition's consumer to its ack floor once this client's acks are
@@ -142,9 +144,9 @@
 //     (errDeliveryGap) before the message is handled, and run calls recoverDeliveries
 //     (pin.go) to have the lost deliveries sent again, first and in order;
 //     fence: a message fetched after Stop (not Drain) is not started but left pending for
-//     release. A Next that waits 250 ms without a delivery is woken and called again, up to
-//     four times in a quiet spell (wake.go: nats.go's iterator can wait for a pull request it
-//     never sent).
+//     release. A Next that waits 0.25 to 0.5 s without a delivery is woken and called again,
+//     up to three times in a quiet spell (wake.go: nats.go's iterator can wait for a pull
+//     request it never sent).
 //  3. keyworkers.go, keyWorkers.dispatch (KeyConcurrency > 1 only): sends it to the worker of
 //     its key (KeyHash modulo the workers), which checks the same stop fence before handling;
 //     otherwise consume calls handle itself, one message at a time.

@@ -32,3 +32,7 @@ func PullWakes(s jetbus.Subscription) uint64 {
 	}
 	return n
 }
+
+// WakesPerSpell is how many times an ordered pull's Next is woken in one quiet spell before
+// its wake rests until the next delivery.
+func WakesPerSpell() int { return len(wakeAfter) }

@@ -263,7 +263,7 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 	}
 	wake, next := startWake(wakeAfter, func() { pc.wakes.Add(1) })
 	defer wake.stop()
-	resizing, woken := false, false
+	resizing := false
 	var t0 time.Time
 	for {
 		if pc.gm != nil && t0.IsZero() {
@@ -273,7 +273,7 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				// Woken (wake.go): Next, called again, sends the pull request it owes.
-				next, woken = wake.renew(), true
+				next = wake.renew()
 				continue
 			}
 			if resizing && errors.Is(err, natsjs.ErrMsgIteratorClosed) && !pc.sub.stopping() {
@@ -282,8 +282,7 @@ func (pc *partConsumer) consume(it natsjs.MessagesContext) error {
 			return err
 		}
 		wake.delivered.Add(1)
-		if woken {
-			woken = false
+		if wake.resting.Load() {
 			wake.rearm()
 		}
 		if pc.gm != nil {

@@ -23,17 +23,21 @@ import (
 //
 // Any return into Next sends the missing request (its loop checks again first), so a wake
 // guards each ordered pull: a timer checks, every wakeAfter[0] while deliveries come, that
-// one came; when none did, the Next waiting then is ended through its context and called
-// again. In one quiet spell it is woken after each of wakeAfter's intervals (a wake can come
-// while the request is still on its way, and find nothing to send); after the last, the timer
-// rests until the next delivery, so an idle partition costs four wakes per idle spell and
-// nothing after. A handler slower than a tick makes the next Next return at once, one call
-// more. nats.go's heartbeat stays the backstop for the rest (a request that met no one).
+// one came; when none did (the last delivery was 0.25 to 0.5 s ago), the Next waiting then is
+// ended through its context and called again. In one quiet spell it is woken after each of
+// wakeAfter's intervals (a wake can come while the request is still on its way, and find
+// nothing to send); after the last, the timer rests until the next delivery, so an idle
+// partition costs three wakes per idle spell and nothing after. A handler slower than a tick
+// makes the next Next return at once, one call more.
+//
+// nats.go's heartbeat stays the backstop for the rest (a request that met no one), later by
+// the spell: each call into Next starts its two-heartbeat count again, so such a pull is
+// given up about 12 s after its last delivery instead of 10 s.
 
 // wakeAfter are the quiet times after which a waiting Next is woken, one after the other, in
-// one quiet spell (3.75 s in all, before nats.go's heartbeat gives up after 10 s). The first
-// is also how often a pull that receives deliveries is checked.
-var wakeAfter = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
+// one quiet spell (1.75 to 2 s in all). The first is also how often a pull that receives
+// deliveries is checked.
+var wakeAfter = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second}
 
 // pullWake wakes one iterator's Next when deliveries stop: see above.
 type pullWake struct {
@@ -47,9 +51,12 @@ type pullWake struct {
 	cancel  context.CancelFunc // ends it
 	seen    uint64             // delivered at the last check
 	wakes   int                // in this quiet spell
-	resting bool               // the timer is not running: woken len(after) times
 	stopped bool
 	timer   *time.Timer
+
+	// resting is set when the timer stopped after len(after) wakes; the consume loop rearms
+	// it at its next delivery.
+	resting atomic.Bool
 }
 
 // startWake arms a wake for one consume loop, and returns what its first Next is called
@@ -93,16 +100,18 @@ func (w *pullWake) check() {
 	if w.wakes++; w.wakes < len(w.after) {
 		w.timer.Reset(w.after[w.wakes])
 	} else {
-		w.resting = true
+		w.resting.Store(true)
 	}
 }
 
-// rearm restarts a resting timer; consume calls it on the first delivery after a wake.
+// rearm restarts a resting timer; consume calls it on a delivery that finds it resting
+// (whether or not the wakes ended a Next: they may all have come while a slow handler ran).
 func (w *pullWake) rearm() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.resting && !w.stopped {
-		w.resting, w.seen, w.wakes = false, w.delivered.Load(), 0
+	if w.resting.Load() && !w.stopped {
+		w.resting.Store(false)
+		w.seen, w.wakes = w.delivered.Load(), 0
 		w.timer.Reset(w.after[0])
 	}
 }

@@ -13,9 +13,9 @@ import (
 )
 
 // An ordered pull whose Next waits without a delivery is woken (wake.go: nats.go's iterator
-// can wait there for a pull request it never sent), and the pull goes on: events published
-// after the wakes are delivered to the same subscription, and the next quiet spell is woken
-// too.
+// can wait there for a pull request it never sent), WakesPerSpell times in a quiet spell and
+// then no more, and the pull goes on: an event published after the wake has come to rest is
+// delivered to the same subscription, and rearms it (the next quiet spell is woken too).
 func TestIdlePullIsWokenAndGoesOn(t *testing.T) {
 	s := embeddedtest.NATS(t)
 	b := embeddedtest.Bus(t, s.ClientURL())
@@ -29,9 +29,14 @@ func TestIdlePullIsWokenAndGoesOn(t *testing.T) {
 	require.NoError(t, err)
 	defer sub.Stop()
 
-	require.Eventually(t, func() bool { return jbjs.PullWakes(sub) >= 1 }, 10*time.Second, 10*time.Millisecond,
-		"an idle pull's Next was never woken")
-	for i := range 3 {
+	spell := uint64(jbjs.WakesPerSpell())
+	require.Eventually(t, func() bool { return jbjs.PullWakes(sub) >= spell }, 10*time.Second, 10*time.Millisecond,
+		"an idle pull's Next was not woken %d times", spell)
+	// Resting: no more wakes while the partition stays idle (a spell's intervals add up to
+	// under 2 s).
+	require.Never(t, func() bool { return jbjs.PullWakes(sub) > spell }, 2500*time.Millisecond, 50*time.Millisecond,
+		"the wake went on waking an idle pull")
+	for i := range 2 {
 		e, err := b.Publish(ctx, "idle", i)
 		require.NoError(t, err)
 		select {
@@ -40,8 +45,8 @@ func TestIdlePullIsWokenAndGoesOn(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("event %d not delivered after the pull was woken", i)
 		}
-		// The next quiet spell is woken too: the wake was re-armed by the delivery.
 		before := jbjs.PullWakes(sub)
-		require.Eventually(t, func() bool { return jbjs.PullWakes(sub) > before }, 10*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return jbjs.PullWakes(sub) > before }, 10*time.Second, 10*time.Millisecond,
+			"the quiet spell after event %d was not woken", i)
 	}
 }
