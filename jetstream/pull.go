@@ -80,7 +80,8 @@ type partConsumer struct {
 // that met no one is found only so: one sent while an R3 consumer has no leader (just created,
 // or electing) is answered "no responders", which nats.go's iterator takes as a pull still
 // waiting and does not report. nats.go's default for a 30 s pull is 15 s: such a partition
-// stood still for 30 s. The unordered pull's interval (5 s): within 10 s.
+// stood still for 30 s. The unordered pull's interval (5 s): within 10 s (about 12 s when the
+// pull's wake called Next again meanwhile: each call starts nats.go's count again, wake.go).
 const pullHeartbeat = unorderedHeartbeat
 
 func (pc *partConsumer) stopIter() {

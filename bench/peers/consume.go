@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -330,7 +331,11 @@ func (e *env) consumeRaw(ctx context.Context, topic string, partitions, n int, h
 				if errors.Is(err, natsjs.ErrMsgIteratorClosed) {
 					return
 				} else if errors.Is(err, natsjs.ErrNoHeartbeat) {
-					continue // reported, not fatal: the iterator pulls again
+					// Not fatal: the iterator pulls again. Said, because the round stood still
+					// for two heartbeats (30 s): mostly nats.go's iterator not sending its next
+					// pull request (jetstream/wake.go), which the Bus works around.
+					fmt.Fprintf(os.Stderr, "note: %s: nats.go's iterator went two heartbeats without a word; it pulls again\n", consumers[p])
+					continue
 				} else if err != nil {
 					fail(err)
 					return
